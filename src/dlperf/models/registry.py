@@ -659,6 +659,153 @@ class _Autograd:
         return notes
 
 
+# torch.backends settings a model file may set for its own script (oneDNN off, cuDNN's
+# autotuner on, TF32 by set_float32_matmul_precision), by their path under torch.backends:
+# the older TF32 switches before the fp32_precision ones, which torch sets with them and which
+# so are set back last. Some cannot be read once both kinds were set ("a mix of the legacy and
+# new APIs"): those are compared only where they could be read before.
+_BACKEND_FLAGS = (
+    "cudnn.enabled",
+    "cudnn.benchmark",
+    "cudnn.benchmark_limit",
+    "cudnn.deterministic",
+    "cudnn.allow_tf32",
+    "mkldnn.enabled",
+    "mkldnn.deterministic",
+    "cuda.matmul.allow_tf32",
+    "cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "cuda.matmul.allow_fp16_accumulation",
+    "opt_einsum.enabled",
+    "opt_einsum.strategy",
+    "fp32_precision",
+    "cudnn.fp32_precision",
+    "cudnn.conv.fp32_precision",
+    "cudnn.rnn.fp32_precision",
+    "mkldnn.fp32_precision",
+    "mkldnn.matmul.fp32_precision",
+    "mkldnn.conv.fp32_precision",
+    "mkldnn.rnn.fp32_precision",
+    "cuda.matmul.fp32_precision",
+)
+# Those torch sets by a call: the getter's path, the setter's
+_BACKEND_CALLS = (
+    ("cuda.flash_sdp_enabled", "cuda.enable_flash_sdp"),
+    ("cuda.mem_efficient_sdp_enabled", "cuda.enable_mem_efficient_sdp"),
+    ("cuda.math_sdp_enabled", "cuda.enable_math_sdp"),
+    ("cuda.cudnn_sdp_enabled", "cuda.enable_cudnn_sdp"),
+    ("mha.get_fastpath_enabled", "mha.set_fastpath_enabled"),
+)
+_UNREAD = object()  # a setting this torch lacks or cannot read now; an attribute removed
+
+
+def _backend(path: str) -> Any:
+    return functools.reduce(getattr, path.split("."), torch.backends)
+
+
+def _backend_value(path: str, call: bool) -> Any:
+    try:
+        return _backend(path)() if call else _backend(path)
+    except (AttributeError, RuntimeError):
+        return _UNREAD
+
+
+def _backends_now() -> dict[str, Any]:
+    """The settings of _BACKEND_FLAGS and _BACKEND_CALLS ("cuda.flash_sdp_enabled()"), each
+    _UNREAD where it cannot be read."""
+    flags = {path: _backend_value(path, call=False) for path in _BACKEND_FLAGS}
+    calls = {f"{get}()": _backend_value(get, call=True) for get, _ in _BACKEND_CALLS}
+    return flags | calls
+
+
+def _backends_put_back(held: dict[str, Any], path: Path, when: str) -> list[str]:
+    """torch.backends settings restored to `held` (`_backends_now()`) where the model file at
+    `path` changed them, one note for all. Left so, every model built after it in the process
+    ran under them (a sweep's other points: `mkldnn.enabled = False` slowed and changed them,
+    unsaid), and the run's timings were not dlperf's settings'."""
+    now = _backends_now()
+    changed = [k for k, v in held.items() if v is not _UNREAD and now[k] != v]
+    if not changed:
+        return []
+    setters = {f"{get}()": put for get, put in _BACKEND_CALLS}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's deprecation of the older TF32 switches
+        for key in changed:
+            # RuntimeError: a pair torch refuses to take back; the note still names it
+            with contextlib.suppress(RuntimeError):
+                if key in setters:
+                    _backend(setters[key])(held[key])
+                else:
+                    parent, _, name = key.rpartition(".")
+                    setattr(_backend(parent) if parent else torch.backends, name, held[key])
+    said = [f"{k}={now[k]!r} (was {held[k]!r})" for k in changed if now[k] is not _UNREAD]
+    return [
+        f"model file {path} changed torch.backends settings {when}: "
+        f"{few(said or changed, 4)}; put back as the process had them: they decide which "
+        "kernels run (oneDNN, cuDNN, TF32), and so the results and speed of every model "
+        "built after it in the process (a sweep's other points)"
+    ]
+
+
+# Where a model file's own version of a torch function (`F.relu = my_relu`) would reach
+# every model built after it in the process
+_PATCHABLE: tuple[tuple[str, Any], ...] = (
+    ("torch", torch),
+    ("torch.nn", nn),
+    ("torch.nn.functional", nn.functional),
+    ("torch.nn.init", nn.init),
+    ("torch.Tensor", torch.Tensor),
+    ("torch.nn.Module", nn.Module),
+)
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_wraps(new: Any, old: Any) -> bool:
+    """Whether `new` is torch's own wrapper of `old` (torch._dynamo's import wraps
+    torch.manual_seed so): not the model's change, and kept."""
+    code = getattr(new, "__code__", None)
+    in_torch = code is not None and code.co_filename.startswith(_TORCH_DIR)
+    return in_torch and getattr(new, "__wrapped__", None) is old
+
+
+def _shadows(space: Any, name: str) -> bool:
+    """Whether a new attribute `name` of `space` hides one of its bases' (torch.Tensor.relu is
+    torch._C.TensorBase's): a replacement. A module's new attribute, or a class's that hides
+    nothing (a method of the model's own), replaces nothing of torch's."""
+    return isinstance(space, type) and any(name in vars(base) for base in space.__mro__[1:])
+
+
+def _functions_now() -> dict[str, dict[str, Any]]:
+    """The attributes of each of _PATCHABLE's namespaces, by identity (a dict copy each)."""
+    return {name: dict(vars(space)) for name, space in _PATCHABLE}
+
+
+def _functions_put_back(held: dict[str, dict[str, Any]], path: Path, when: str) -> list[str]:
+    """The attributes of torch's namespaces (`_functions_now()`) that the model file at `path`
+    replaced or removed set back, one note naming them. Left so, every model built after it
+    in the process ran the file's function (a sweep's registry point "diverged" under its
+    `F.relu`), and a sweep checks every point's factory before the first trains."""
+    replaced = []
+    for name, space in _PATCHABLE:
+        was, now = held[name], dict(vars(space))
+        for attr in [a for a in now if a not in was and _shadows(space, a)]:
+            delattr(space, attr)
+            replaced.append(f"{name}.{attr}")
+        for attr, value in was.items():
+            new = now.get(attr, _UNREAD)
+            if new is not value and not _torch_wraps(new, value):
+                setattr(space, attr, value)
+                replaced.append(f"{name}.{attr}")
+    if not replaced:
+        return []
+    return [
+        f"model file {path} replaced {few(replaced, 4)} {when}; torch's own put back, as the "
+        "process had it, and this model's forward runs it too: left so, every model built "
+        "after it in the process (a sweep's other points) ran the file's (call your own "
+        "function from the model's code instead)"
+    ]
+
+
 def _on(value: bool) -> str:
     return "on" if value else "off"
 
@@ -682,16 +829,16 @@ def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
 @contextlib.contextmanager
 def _process_kept(path: Path, when: str) -> Iterator[None]:
     """The block (a model file's import, its factory's call) with the stop signals' handlers,
-    the working directory, a lowered recursion limit, torch's default dtype and device and its
-    anomaly mode, deterministic algorithms and flush denormal (`_Autograd`) put back as they
-    were, and the child processes it started named, each told in one line
-    (`note`)."""
+    the working directory, a lowered recursion limit, torch's default dtype and device, its
+    anomaly mode, deterministic algorithms and flush denormal (`_Autograd`), its torch.backends
+    settings and the functions of its namespaces the model replaced put back as they were, and
+    the child processes it started named, each told in one line (`note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
     limit = sys.getrecursionlimit()
-    autograd = _Autograd.now()
+    autograd, backends, functions = _Autograd.now(), _backends_now(), _functions_now()
     try:
         yield
     finally:
@@ -700,6 +847,8 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
         _exit_handler_last()  # to run before any exit handler the block registered
         notes += torch_defaults_kept(path, when, dtype, device)
         notes += autograd.put_back(path, when)
+        notes += _backends_put_back(backends, path, when)
+        notes += _functions_put_back(functions, path, when)
         changed = []
         for sig, handler in handlers.items():
             # None: a handler set outside Python, which cannot be set back
