@@ -326,6 +326,13 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
         if isinstance(tensor, nn.Parameter):
             meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
         memo[id(tensor)] = meta
+    for module in model.modules():
+        for value in vars(module).values():
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                # The weight weight_norm's or pruning's hook computes from the parameters and
+                # keeps as a plain attribute: deepcopy refuses a tensor that is no graph leaf
+                # (a RuntimeError). Its hook, kept on the copy, computes it again there.
+                memo[id(value)] = value.detach().to("meta")
     with torch.no_grad():
         copied = copy.deepcopy(model, memo)
     # A TorchScript module copies itself in C++, past the memo: its weights come back as plain
@@ -341,7 +348,61 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
             for key, tensor in kept.items():
                 if tensor is not None and id(tensor) in memo:
                     slots[key] = memo[id(tensor)]
+    _drop_callers_hooks(copied)
     return copied
+
+
+# A module's hook dicts that a count runs (forward, and backward with `train`).
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+# torch's global module hooks (register_module_forward_hook and friends), called for every
+# module of the process, the registration ones too (a lazy layer's weights, made by the count).
+_GLOBAL_HOOKS = (
+    *(f"_global{name}" for name in _HOOKS),
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks",
+)
+
+
+def _drop_callers_hooks(copied: torch.nn.Module) -> None:
+    """Remove from the copy the hooks the caller registered: deepcopy shares their functions,
+    which close over the caller's objects (an activation captured, a counter), and they ran
+    on meta tensors (a captured activation replaced by one, a hook reading values blamed on
+    the model's forward). Kept: torch's own (weight_norm's, spectral_norm's, pruning's, a
+    lazy layer's), which make the weights the forward uses, and a method of one of the
+    copy's modules (the model's own, part of its forward), which deepcopy binds to the copy."""
+    modules = {id(module) for module in copied.modules()}
+    for module in copied.modules():
+        for name in _HOOKS:
+            hooks = getattr(module, name)
+            for key, hook in list(hooks.items()):
+                owner = getattr(hook, "__self__", None)
+                where = getattr(hook, "__module__", None) or ""
+                if id(owner) not in modules and where.partition(".")[0] != "torch":
+                    del hooks[key]
+
+
+@contextmanager
+def _no_global_hooks() -> Iterator[None]:
+    """The caller's global module hooks left out of a count, put back after it: they were
+    called for every module counted. One count at a time (counting's own lock, which its
+    own global hooks are registered under), so no count's hook is taken away or put back."""
+    from torch.nn.modules import module
+
+    from dlperf.analytic.counting import _ONE_COUNT
+
+    with _ONE_COUNT:
+        held = [getattr(module, name) for name in _GLOBAL_HOOKS]
+        saved = [dict(hooks) for hooks in held]
+        for hooks in held:
+            hooks.clear()  # in place: a hook's handle removes it from this dict
+        try:
+            yield
+        finally:
+            for hooks, before in zip(held, saved, strict=True):
+                added = dict(hooks)  # by another thread meanwhile, not by a count
+                hooks.clear()
+                hooks.update(before | added)
 
 
 @contextmanager
@@ -416,7 +477,9 @@ def analyze(
     """Count a network on paper: params, MACs, FLOPs, activations, receptive field.
 
     `model` is a registry or torchvision name (as `dlperf analyze` takes) or your own
-    `nn.Module`, which is left untouched: the count runs on a meta-device copy.
+    `nn.Module`, which is left untouched: the count runs on a meta-device copy, without the
+    hooks you registered on it or for every module (torch's own, such as spectral_norm's or
+    pruning's, and the model's own methods still run: they are part of its forward).
     `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16",
     or torch.float32 | torch.bfloat16 | torch.float16.
     The rest mean what the command's options of the same names mean, with the same defaults:
@@ -443,7 +506,7 @@ def analyze(
         raise UserError(f"batch is a whole number ≥ 1, got {batch!r}")
     batch = int(batch)
     if isinstance(model, str):
-        with _no_exit():
+        with _no_exit(), _no_global_hooks():
             named = analyze_name(
                 model, input_size, batch, train, precision, None, bias, activations,
                 macs_convention=macs_convention, command=API,
@@ -455,7 +518,7 @@ def analyze(
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
     check_options(batch, train, precision, activations, macs_convention)
     check_no_cycle(model, type(model).__name__)  # the registry checks only what it builds
-    with _no_exit():
+    with _no_exit(), _no_global_hooks():
         counted = count_model(
             _meta_copy(model), input_size, batch, train, precision, type(model).__name__,
             bias, activations, macs_convention,
