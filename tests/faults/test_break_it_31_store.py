@@ -3,6 +3,8 @@
 C1. A password holding an unescaped `/` was printed in clear in every line naming the store
     (`postgresql://:***@dlperf:se/cr/et@h/db`): the userinfo is found as SQLAlchemy finds it,
     the password being all up to its first @.
+C3. A misspelt kind (`--kind scael`, `--where kind=Run`) selected nothing without a word, where
+    a misspelt status is refused: a kind no listed run has and dlperf does not write is too.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
+import dlperf
+from dlperf.store import RunStore
 from dlperf.store.urls import masked_url
 from tests.conftest import CliResult
 
@@ -41,3 +45,34 @@ def test_the_store_line_masks_a_password_holding_a_slash(cli: Cli) -> None:
     assert result.code == 2, (result.out, result.err)
     assert "se/cr" not in result.err
     assert "postgresql+psycopg://dlperf:***@127.0.0.1:1/db" in result.err
+
+
+# C3
+
+KINDS = "kinds: run, scale, allreduce, detect, calibrate, predict, staleness, select"
+
+
+def test_a_misspelt_kind_is_refused(cli: Cli, db: str) -> None:
+    with dlperf.track("r", store=db):
+        pass
+    result = cli("runs", "list", "--kind", "scael")
+    assert (result.code, result.err) == (2, f"error: unknown kind 'scael' ({KINDS})\n")
+    result = cli("runs", "list", "--where", "kind=Run", "--json")
+    assert (result.code, result.err) == (2, f"error: --where: unknown kind 'Run' ({KINDS})\n")
+    with pytest.raises(dlperf.UserError, match=r"^unknown kind 'scael'"):
+        dlperf.Store(db).runs(kind="scael")
+
+
+def test_a_kind_the_store_holds_or_dlperf_writes_still_selects(cli: Cli, db: str) -> None:
+    """A kind dlperf does not write, held by a run (by hand, an older dlperf), selects it and
+    is listed in the hint; one dlperf writes selects nothing where no run has it."""
+    store = dlperf.Store(db)
+    with dlperf.track("r", store=db):
+        pass
+    with RunStore.open(db).new_run("t", "train", {}):
+        pass
+    assert [r.name for r in store.runs(kind="train")] == ["t"]
+    assert [r.name for r in store.runs(where=["kind=train"])] == ["t"]
+    assert store.runs(kind="scale") == store.runs(where=["kind=scale"]) == []
+    result = cli("runs", "list", "--kind", "nope")
+    assert (result.code, result.err) == (2, f"error: unknown kind 'nope' ({KINDS}, train)\n")

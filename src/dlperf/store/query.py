@@ -52,6 +52,9 @@ SHOWN_APART = ("device", "phases")
 RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
 # The statuses a run reads as: those it is stored as, and `lost`.
 STATUSES = (*STORED, LOST)
+# The kinds of run dlperf writes. A store may hold others (made by hand, by another version),
+# which a run holding them makes known too.
+KINDS = ("run", "scale", "allreduce", "detect", "calibrate", "predict", "staleness", "select")
 MIB = 2**20
 
 
@@ -442,7 +445,7 @@ def _same(stored: Any, wanted: Any) -> bool:
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     """A key no run and no experiment has is bad input, with the closest key as a hint; so is
-    a status no run can have."""
+    a status no run can have, and a kind (`_check_kind`)."""
     from dlperf.config import describe
 
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
@@ -468,6 +471,17 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
             raise UserError(
                 f"--where: unknown status {str(status)!r}", f"statuses: {', '.join(STATUSES)}"
             )
+    for c in conditions:  # a kind a run holds, as written, too: `kind=123` is text there
+        if c.key == "kind" and c.text not in {run.kind for run in runs}:
+            _check_kind(c.value, runs, "--where: ")
+
+
+def _check_kind(kind: object, runs: list[RunRecord], said: str = "") -> None:
+    """A kind that dlperf does not write and none of `runs` has is bad input, as a status no
+    run can have is: it would select nothing, without a word."""
+    known = [*KINDS, *sorted({run.kind for run in runs} - set(KINDS))]
+    if kind not in known:
+        raise UserError(f"{said}unknown kind {str(kind)!r}", f"kinds: {', '.join(known)}")
 
 
 def _near(key: str, known: set[str]) -> list[str]:
@@ -521,10 +535,11 @@ def list_runs(
     store = open_store()
     if study is not None:
         store.get_study(study)  # an unknown study is an error, not an empty list
-    if not where:
-        return store.list_runs(kind=kind, study_id=study, limit=limit)
-    # filtered before the limit: the newest N runs that match
-    return select(store.list_runs(kind=kind, study_id=study), where)[:limit]
+    # with `where`, filtered before the limit: the newest N runs that match
+    runs = store.list_runs(kind=kind, study_id=study, limit=None if where else limit)
+    if kind and not runs and kind not in KINDS:  # a misspelt kind, unless another run has it
+        _check_kind(kind, store.list_runs())
+    return select(runs, where)[:limit] if where else runs
 
 
 # --- compare --------------------------------------------------------------------------------
