@@ -6,6 +6,8 @@
 - Two `runs delete` of the same runs at once both said "deleted run N" (or the second "no
   run" for part of them): the second took the first's record of the files it was still
   removing for a delete cut short, finished it and reported the runs as its own (P3 C6).
+- Under `python -u` / PYTHONUNBUFFERED=1 a short write to standard output (a file size limit,
+  a nearly full disk) lost the rest of the output: a cut JSON document, exit 0 (P4 C6).
 """
 
 from __future__ import annotations
@@ -88,3 +90,16 @@ def test_a_delete_still_removing_its_files_is_not_taken_for_one_cut_short(
     deleted = any_store.delete_runs([run_id])
     assert deleted.runs == [run_id] and not where.exists()
     assert any_store.deleting() == set()
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_short_write_to_standard_output_is_said_under_python_u(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unbuffered: str
+) -> None:
+    """Before, with PYTHONUNBUFFERED=1: keys.txt held 1,024 of about 50,000 bytes, exit 0."""
+    monkeypatch.setenv("PYTHONUNBUFFERED", unbuffered)
+    with (tmp_path / "keys.txt").open("w") as out:
+        result = _dlperf(tmp_path, "config", "keys", file_cap=1024, stdout=out)
+    assert result.code == 1, result.err
+    assert _last_line(result).endswith(LIMIT_HINT), result.err
+    assert "standard output" in result.err

@@ -14,6 +14,7 @@ import importlib.machinery
 import io
 import os
 import pkgutil
+import select
 import sys
 import traceback
 from collections.abc import Sequence
@@ -112,8 +113,18 @@ class _StandardOutput(io.FileIO):
     cannot use: No space left on device`."""
 
     def write(self, data: ReadableBuffer, /) -> int:
+        """All of `data`, or the error: the kernel may take part (a file size limit, a nearly
+        full disk), and under `python -u` no buffer above asks for the rest, which was lost."""
+        view = memoryview(data).cast("B")
+        done = 0
         with writing("standard output"):
-            return super().write(data)
+            while done < len(view):
+                written = super().write(view[done:])
+                if written is None:  # a non-blocking pipe, full: wait for room
+                    select.select([], [self], [])
+                    continue
+                done += written
+        return done
 
 
 def _name_stdout(documents: bool) -> TextIO | None:
