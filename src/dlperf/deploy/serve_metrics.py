@@ -33,6 +33,7 @@ ERROR_KINDS = {
     413: "too_large",
     499: "client_closed",
     503: "overloaded",
+    507: "out_of_memory",
 }
 
 # The route label of an answer the HTTP protocol gives before any route sees a request: a

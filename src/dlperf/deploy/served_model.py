@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, RuntimeException
 
+from dlperf.blas import address_limit
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.protocol import (
@@ -25,6 +26,28 @@ from dlperf.deploy.protocol import (
     refuse_unsupported,
 )
 from dlperf.errors import UserError
+
+# How ONNX Runtime says an allocation failed, its arena's (BFCArena) or the CPU allocator's, in
+# a Fail or a RuntimeException; a std::bad_alloc reaches Python as a MemoryError.
+ORT_OUT_OF_MEMORY = "Failed to allocate memory"
+
+
+class OutOfMemory(UserError):
+    """The server had no memory for a request: answered 507 (Insufficient Storage), as
+    TorchServe and DJL Serving answer theirs; not the client's fault, but one line all the same."""
+
+
+def out_of_memory(said: str, less: str | None) -> OutOfMemory:
+    """The error whose message is `said` ("the model ran out of memory on ..."), with what to
+    do: `less` ("send fewer rows per request"; None: a request as small as one can be), or more
+    memory for the server, its address-space limit named when it has one."""
+    limit = address_limit()
+    more = (
+        "give the server more memory"
+        if limit is None
+        else f"raise the server's memory limit, ulimit -v {limit // 1024}"
+    )
+    return OutOfMemory(said, f"{less}, or {more}" if less else more)
 
 
 class ServedModel:
@@ -76,7 +99,27 @@ class ServedModel:
         return self.meta
 
     def run(self, payloads: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-        """Called on the inference thread with one batch of requests' input tensors."""
+        """Called on the inference thread with one batch of requests' input tensors. Out of
+        memory, it raises OutOfMemory naming the batch's size; the batcher then runs each of
+        its requests alone, and the one that fails alone hears it."""
+        try:
+            return self._run(payloads)
+        except MemoryError:
+            raise self._starved(payloads) from None
+        except (Fail, RuntimeException) as e:
+            if ORT_OUT_OF_MEMORY not in str(e):
+                raise
+            raise self._starved(payloads) from None
+
+    def _starved(self, payloads: list[dict[str, np.ndarray]]) -> OutOfMemory:
+        size = f"{sum(x.nbytes for p in payloads for x in p.values()) / 2**20:.1f} MiB of input"
+        if not self.batchable:
+            return out_of_memory(f"the model ran out of memory on a request of {size}", None)
+        rows = sum(len(p[self.inputs[0].name]) for p in payloads)
+        said = f"the model ran out of memory on a request of {rows:,} rows ({size})"
+        return out_of_memory(said, "send fewer rows per request" if rows > 1 else None)
+
+    def _run(self, payloads: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         if not self.batchable:
             return [dict(zip(self.output_names, self._call(p), strict=True)) for p in payloads]
         feeds = {i.name: np.concatenate([p[i.name] for p in payloads]) for i in self.inputs}

@@ -8,7 +8,7 @@ and inference on JSON tensors or on binary tensors (the `binary_tensor_data` ext
 dynamic batch dimension runs concurrent requests as one batch; a detector, or a model
 without one, runs them one at a time. Every error answers `{"error": message}`: 400 bad
 input, 404 unknown model or version, 413 too large, 415 a compressed body, 503 overloaded
-or shutting down.
+or shutting down, 507 out of memory (the model's run, or the request as it arrives).
 
 What production servers add in front of an application, uvicorn's HTTP/1.1 protocol gets here
 (`_GuardedH11`): a deadline for a request to arrive, headers and body (a client slower than its
@@ -68,7 +68,7 @@ from dlperf.deploy.serve_metrics import (
     Metrics,
     Statistics,
 )
-from dlperf.deploy.served_model import ServedModel
+from dlperf.deploy.served_model import OutOfMemory, ServedModel, out_of_memory
 from dlperf.errors import UserError
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
@@ -160,6 +160,19 @@ def create_app(
         status = 413 if isinstance(exc, runtime.ImageTooLarge) else 400
         return JSONResponse({"error": str(exc)}, status)
 
+    @app.exception_handler(OutOfMemory)
+    async def starved(request: Request, exc: OutOfMemory) -> JSONResponse:
+        _log.warning("%s", exc)  # the operator's one line: the server is short of memory
+        return JSONResponse({"error": str(exc)}, 507)
+
+    @app.exception_handler(MemoryError)
+    async def no_memory(request: Request, exc: MemoryError) -> JSONResponse:
+        # Here, not in `failure`: Starlette logs a traceback for what reaches that one.
+        declared = request.headers.get("content-length", "")
+        size = f" of {int(declared):,} bytes" if declared.isdigit() else ""
+        said = f"the server ran out of memory on a request{size}"
+        return await starved(request, out_of_memory(said, "send less per request"))
+
     @app.exception_handler(ClientDisconnect)
     async def gone(request: Request, exc: ClientDisconnect) -> Response:
         # Nobody reads this answer; 499 (nginx's "client closed request") keeps the
@@ -221,6 +234,9 @@ class _DrainingServer(uvicorn.Server):
         second as many times as the backlog is long, which filled stderr (and the disk)
         within seconds."""
         error = context.get("exception")
+        if isinstance(error, MemoryError):  # a connection's read or callback: no traceback
+            _log.warning("the server ran out of memory: %s", context.get("message"))
+            return
         accept_failed = context.get("message") == _ACCEPT_FAILED and isinstance(error, OSError)
         if not accept_failed and not _late_retry(context):
             loop.default_exception_handler(context)
@@ -418,6 +434,7 @@ class _GuardedH11(H11Protocol):
         self.read_at_expiry = 0  # bytes read when it last ran out
         # After an early answer: the rest of the connection's bytes are read and dropped.
         self.lingering = False
+        self.said = False  # whether an answer was written here, not by h11 (`_say`)
         self.arriving_since = time.perf_counter()  # when the request under way began to arrive
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -435,8 +452,29 @@ class _GuardedH11(H11Protocol):
         self.received += len(data)
         if self.lingering:
             return  # the rest of an early-answered body, or a request sent after it: unread
-        super().data_received(data)
+        try:
+            super().data_received(data)
+        except MemoryError:  # h11's receive buffer, or uvicorn's copy of a body's part
+            self._starved()
+            return
         self._follow()
+
+    def _starved(self) -> None:
+        """The request arriving did not fit in memory: answered 507, as the app answers a
+        request it has no memory for, and the rest of it read and dropped until the client
+        closes or the read deadline runs out (`_linger`). asyncio closed the connection
+        with a traceback, and the reset under a client still sending lost it the answer."""
+        cycle, declared = self.cycle, b""
+        if cycle is not None and not cycle.response_complete:  # not the last request's
+            declared = dict(cycle.scope["headers"]).get(b"content-length", b"")
+        size = f" of {int(declared):,} bytes" if declared.isdigit() else ""
+        said = f"the server ran out of memory receiving a request{size}"
+        error = out_of_memory(said, "send less per request")
+        _log.warning("%s", error)
+        self._say(507, "Insufficient Storage", str(error))
+        self.lingering = True
+        if self.deadline is None:  # what ends the connection if the client does not
+            self._arm()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -558,25 +596,33 @@ class _GuardedH11(H11Protocol):
         it waits for the rest of the body, hears of a disconnect."""
         if self.transport.is_closing():
             return
+        self._say(status, reason, message)
+        self.transport.close()
+
+    def _say(self, status: int, reason: str, message: str) -> None:
+        """Answer `status`, and say the answer's end, unless an answer has begun: the app's,
+        or one said here already."""
         cycle = self.cycle
         # A finished answer is a later request's only when this one's body is not awaited: one
         # answered before its body arrived has had its answer, and a second was unsolicited.
         answered = cycle is not None and cycle.response_complete
         early = answered and (self.lingering or self.conn.their_state is h11.SEND_BODY)
-        if not early and (cycle is None or answered or not cycle.response_started):
-            # Written by hand: h11 answers only a request it has read whole.
-            headers, body = _closing_answer(message, status)
-            head = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
-            status_line = f"HTTP/1.1 {status} {reason}\r\n".encode()
-            self.transport.write(status_line + head + b"\r\n" + body)
-            # The answer's end said before the close: a socket closed with a request unread
-            # (one sent before it was accepted, or a body still arriving) sends a reset, and a
-            # reset ahead of the end makes the client drop the answer it has not yet read.
-            if self.transport.can_write_eof():
-                with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
-                    self.transport.write_eof()
-            self._answered(cycle, status)
-        self.transport.close()
+        started = cycle is not None and not answered and cycle.response_started
+        if self.said or early or started:
+            return
+        # Written by hand: h11 answers only a request it has read whole.
+        headers, body = _closing_answer(message, status)
+        head = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+        status_line = f"HTTP/1.1 {status} {reason}\r\n".encode()
+        self.transport.write(status_line + head + b"\r\n" + body)
+        # The answer's end said before the close: a socket closed with a request unread (one
+        # sent before it was accepted, or a body still arriving) sends a reset, and a reset
+        # ahead of the end makes the client drop the answer it has not yet read.
+        if self.transport.can_write_eof():
+            with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
+                self.transport.write_eof()
+        self._answered(cycle, status)
+        self.said = True
 
 
 def _unread(transport: asyncio.Transport) -> int:
