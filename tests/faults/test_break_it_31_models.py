@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
+from dlperf.analytic.counting import analyze_module
 from dlperf.models.registry import create_model, noting
 
 # --- C1: a model file's monkey-patches and torch.backends settings -------------------------
@@ -158,3 +161,79 @@ def test_a_point_built_after_a_patching_one_gets_torchs_own(tmp_path: Path) -> N
                 delattr(torch.Tensor, name)
     # before: (False, "dlperf_user_mods_....m_factory"), the other file's
     assert seen == (True, "torch.nn.functional")
+
+
+# --- C2: a layer placed twice is one row -------------------------------------------------
+
+
+class UsedTwice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        lin = nn.Linear(64, 64)
+        self.body = nn.Sequential(lin, nn.ReLU(), lin)  # one layer, called twice
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x.flatten(1)))
+
+
+class TwoNames(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        self.alias = self.fc  # one layer, two names
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.alias(x.flatten(1))
+
+
+def _rows(model: nn.Module, train: bool = False) -> list[tuple[object, ...]]:
+    a = analyze_module(model, [1, 8, 8], train=train)
+    return [(r.name, r.output_shape, r.params, r.macs, r.activations) for r in a.layers]
+
+
+def test_a_layer_called_twice_is_one_row_of_both_calls() -> None:
+    """Before: `body.2` with the params, output and 128 activations and 0 MACs, then `body.0`
+    with the 8,192 MACs, 0 params and no output (the totals were right)."""
+    assert _rows(UsedTwice()) == [
+        ("body.0", [1, 64], 64 * 64 + 64, 2 * 64 * 64, 2 * 64),
+        ("body.1", [1, 64], 0, 0, 64),
+        ("fc", [1, 10], 650, 640, 10),
+    ]
+
+
+def test_a_layer_under_two_names_is_one_row_under_its_first() -> None:
+    """Before: `alias` with the params and output and 0 MACs, then `fc` with the MACs."""
+    assert _rows(TwoNames()) == [("fc", [1, 10], 650, 640, 10)]
+
+
+class Halving(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.conv(x))  # 8x8, 4x4, 2x2
+
+
+def test_a_layer_called_on_two_sizes_shows_its_first_output() -> None:
+    """Its row stands where it first ran: that call's output, the activations of both."""
+    assert _rows(Halving()) == [("conv", [1, 1, 4, 4], 10, 9 * (16 + 4), 16 + 4)]
+
+
+@pytest.mark.parametrize("model", [UsedTwice, TwoNames])
+def test_the_rows_of_a_shared_layer_add_up_as_torchs_flop_counter(
+    model: type[nn.Module],
+) -> None:
+    """Each row's MACs are torch's FlopCounterMode's for the module (every call of it, under
+    the name torch's ModuleTracker gives it), and the backward's too."""
+    built = model()
+    with FlopCounterMode(display=False) as counter:
+        built(torch.randn(1, 1, 8, 8)).sum().backward()
+    by_module = counter.get_flop_counts()
+    a = analyze_module(model(), [1, 8, 8], train=True)
+    root = type(built).__name__
+    for row in a.layers:
+        flops = sum(by_module.get(f"{root}.{row.name}", {}).values())
+        assert 2 * (row.macs + row.backward_macs) == flops, row.name
+    assert 2 * (a.totals()["macs"] + a.totals()["backward_macs"]) == counter.get_total_flops()

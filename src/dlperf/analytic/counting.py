@@ -8,6 +8,14 @@ operator the forward (and with `train`, the backward) runs, looks it up in
 a row each; a module whose own forward computes something (a residual add, `x @ W`,
 `torch.cat` of branches) gets a row for that work. Rows are in execution order.
 
+A module placed twice (the same nn.Linear twice in a Sequential, under two attribute names,
+or in two parents) is one row, under its first name in `model.named_modules()` (its
+parameters' names in `named_parameters()`, fvcore's canonical name, the label a measured
+layer gets), where it first ran: its parameters once, and the MACs, FLOPs, bytes, operator
+calls and activations of every call, forward and backward, as torch's FlopCounterMode
+totals them per module; its output shape is its first call's. (torchinfo lists a row per
+call instead, the parameters in the first.)
+
 Parameters are counted in the rows, so the totals are the sum of the rows: a module's own
 parameters go to its row when it starts, and a parameter a running module uses without
 calling its owner (`F.linear(x, self.head.weight)`) to the row that uses it. Parameters
@@ -624,10 +632,13 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.command = command
         self.fields = fields
-        # Every name of a module placed in two parents: torch's ModuleTracker names it by
-        # the last of them, as the name -> module map below does.
+        # Every name of a module placed twice (in two parents, twice in one, under two
+        # attribute names): torch's ModuleTracker may give it any of them
         self.modules = dict(model.named_modules(remove_duplicate=False))
-        self.names = {m: n for n, m in self.modules.items()}
+        self.names: dict[nn.Module, str] = {}
+        """Each module's row name: its first (`canonical`)."""
+        for name, module in self.modules.items():
+            self.names.setdefault(module, name)
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
         self.complex_dtypes: set[torch.dtype] = set()
@@ -722,7 +733,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if name in self.modules:
                 continue
             self.modules[name] = module
-            self.names[module] = name
+            self.names.setdefault(module, name)
             self.tracker._known_modules[module] = f"{root}.{name}"
             if _is_layer(module):
                 self.layers.add(module)
@@ -753,7 +764,14 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         names = self.tracker.parents - {"Global"}
         if not names:
             return "" if self.outside_is_root else None
-        return max(names, key=lambda n: n.count(".")).partition(".")[2]
+        return self.canonical(max(names, key=lambda n: n.count(".")).partition(".")[2])
+
+    def canonical(self, name: str) -> str:
+        """The row name of the module the tracker calls `name`: a module placed twice is one
+        row, under its first name, whichever name the tracker knows it by (it names one by
+        its last parent, and a second place in one parent by the first)."""
+        module = self.modules.get(name)
+        return name if module is None else self.names[module]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if ops.decomposable(func):  # inference mode's conv2d: counted as the ops it runs
@@ -842,7 +860,9 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             produced = _layer_outputs(module, out)
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
-            row.output_shape = list(produced[0].shape) if produced else None
+            # A layer called twice: its first call's, where its row stands
+            if row.output_shape is None:
+                row.output_shape = list(produced[0].shape) if produced else None
             given = _tensors(args)
             x = given[0] if given else None
             if row.role == "pool" and x is not None and _returns_its_input(module, x, produced):
