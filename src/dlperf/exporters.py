@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -748,6 +748,7 @@ def export_mlflow(
     ]
     for plan in plans:
         _check_mlflow_names(plan, len(runs))
+        _check_mlflow_times(plan, len(runs))
     if _file_store(uri) is None:  # a directory keeps infinities (as text)
         changed = {
             p.run.id: unheld(((m.key, m.value) for m in p.metrics), mlflow_held) for p in plans
@@ -913,6 +914,33 @@ def _check_mlflow_names(plan: _MlflowRun, runs: int) -> None:
             f"takes: {fault.rstrip('.')}; nothing was exported",
             f"{fix}, or record the run with {where} MLflow takes",
         )
+
+
+def _check_mlflow_times(plan: _MlflowRun, runs: int) -> None:
+    """UserError for a time of `plan` before 1970 (a clock set wrong, a store edited): MLflow
+    takes no negative time, and refused it part-way, blaming a summary metric, its run left
+    FAILED. Its start, end and first metric point, each as MLflow would be given it."""
+    run = plan.run
+    first = min((w for points in plan.series.values() for _, _, w in points), default=None)
+    times = [("started", plan.started), ("ended", plan.ended), ("logged a metric", first)]
+    for what, at in times:
+        if at is None or round(at * 1000) >= 0:
+            continue
+        fix = f"leave run {run.id} out of the export" if runs > 1 else "export another run"
+        raise UserError(
+            f"run {run.id} ({printable(run.name)!r}): {what} {_utc(at)} as stored, before 1970, "
+            "which MLflow does not take; nothing was exported",
+            f"{fix}, or this one --to tensorboard",
+        )
+
+
+def _utc(at: float) -> str:
+    """Seconds since 1970 as a UTC time; as seconds where no date holds them (-1e20)."""
+    try:
+        when = datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{at:g} s from 1970"
+    return when.isoformat(sep=" ", timespec="seconds").replace("+00:00", " UTC")
 
 
 def _write_mlflow_run(
