@@ -29,7 +29,17 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, model_exited
-from dlperf.parsing import KEYS_HINT, MAX_DEPTH, TOO_DEEP, flat_clash, has_control, key_fault
+from dlperf.parsing import (
+    KEYS_HINT,
+    MAX_DEPTH,
+    PRINTABLE_HINT,
+    TOO_DEEP,
+    flat_clash,
+    has_control,
+    key_fault,
+    key_path_fault,
+    unprintable_key,
+)
 from dlperf.progress import NullReporter
 
 if TYPE_CHECKING:
@@ -165,6 +175,15 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
     return UserError(f"config{at} is not JSON-serialisable ({type(value).__name__})", _VALUES)
 
 
+def _printable_keys(config: dict[str, Any], name: str) -> None:
+    """Refuse a config (`name`: what the user calls it) one of whose keys, at any depth,
+    holds a control or format character (a tab, U+200B): stored, it was shown escaped, and
+    `runs list --where` and `runs compare` could not name it."""
+    fault = key_path_fault(config, lambda path: f"key {name}" + "".join(f"[{k!r}]" for k in path))
+    if fault is not None:
+        raise UserError(fault, PRINTABLE_HINT)
+
+
 def _clash(config: dict[str, Any], name: str) -> None:
     """Refuse a config (`name`: what the user calls it) two of whose keys are one dotted key:
     `{"a.b": 1, "a": {"b": 2}}` was stored as given, but the MLflow export, `runs list
@@ -237,6 +256,10 @@ def _key_name(key: Any, what: str = "metric key") -> str:
             hint,
         )
     _fits(column, name, f"{what} {_shown(key)}", hint)
+    # after the store's own limits (a NUL is named as one), as the store's log checks it
+    fault = unprintable_key(key, f"{what} {_shown(key)}")
+    if fault is not None:
+        raise UserError(fault, PRINTABLE_HINT)
     return name
 
 
@@ -556,7 +579,8 @@ def run(
         for assignment in overrides:
             apply_override(raw, assignment)
         exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
-        _clash(exp.to_dict(), "experiment")  # a file's experiment: refused as it loads
+        _printable_keys(exp.to_dict(), "experiment")  # a file's experiment: refused as it loads
+        _clash(exp.to_dict(), "experiment")
     else:
         exp = load_experiment(experiment, list(overrides))
     grad = torch.is_grad_enabled()
@@ -740,6 +764,7 @@ def track(
     fault = _json_fault(config)
     if fault is not None:
         raise fault
+    _printable_keys(config, "config")
     _clash(config, "config")
     dev = _device(device)
     where = _open_store(store)

@@ -145,6 +145,44 @@ def has_control(text: str) -> bool:
     return not text.isprintable() and any(_other(c) for c in text)
 
 
+# Unicode's words for the categories `_other` refuses.
+_KINDS = {"Cc": "control", "Cf": "format", "Co": "private-use", "Cn": "unassigned"}
+# How to write a key that `unprintable_key` refuses.
+PRINTABLE_HINT = "write it without tabs, line breaks or invisible characters"
+
+
+def unprintable_key(key: str, what: str) -> str | None:
+    """What is wrong with a key (a metric's, a config's, a phase's name; `what` names it as
+    the user would see it, "metric key 'a\\nb'") that holds a character of category C
+    (`has_control`), naming the first: "... holds U+200B, a format character". Stored, such a
+    key was shown escaped and no --where, --key or plot could name it again (the hint shown
+    was the text typed). None when the key holds none."""
+    if not has_control(key):
+        return None
+    char = next(c for c in key if _other(c))
+    kind = _KINDS.get(unicodedata.category(char), "non-printing")
+    return (
+        f"{what} holds U+{ord(char):04X}, a {kind} character: keys are printable text, "
+        "shown on one line and named as typed"
+    )
+
+
+def key_path_fault(tree: dict[str, Any], spell: Callable[[tuple[str, ...]], str]) -> str | None:
+    """`unprintable_key`'s fault of the first key of `tree`, at any depth of its tables, that
+    holds a control or format character, its path of keys written by `spell`; None when none
+    does. Walked without recursing, as `depth` walks."""
+    stack: list[tuple[dict[str, Any], tuple[str, ...]]] = [(tree, ())]
+    while stack:
+        table, path = stack.pop()
+        for key, value in table.items():
+            fault = unprintable_key(key, spell((*path, key)))
+            if fault is not None:
+                return fault
+            if isinstance(value, dict):
+                stack.append((value, (*path, key)))
+    return None
+
+
 def not_blank(text: str, what: str, example: str) -> str:
     """`text`, refused in one line when empty or only blanks: an option naming a directory
     or a store (`report --out`, `runs export --out` and `--uri`) given '' wrote into the

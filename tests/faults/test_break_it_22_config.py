@@ -164,8 +164,9 @@ def test_dotted_keys_that_do_not_clash_are_kept(cli: Cli, tmp_path: Path) -> Non
 def test_keys_that_hold_a_newline_are_shown_on_one_line(cli: Cli, tmp_path: Path) -> None:
     exp = write(tmp_path, "exp.toml", experiment('"a.b\\n" = 1\na = {"b\\n" = 2}'))
     line = refused(cli("config", "show", exp), tmp_path)
-    tail = SAID.removeprefix("are one key, model.kwargs.a.b,")
+    # Refused for the newline itself since round 31 (a key no command can name), before the clash
     assert line == (
-        'error: exp.toml: model.kwargs."a.b\\n" and model.kwargs.a."b\\n" are one key, '
-        f"model.kwargs.a.b\\n,{tail}"
+        'error: exp.toml: key model.kwargs."a.b\\n" holds U+000A, a control character: keys '
+        "are printable text, shown on one line and named as typed (write it without tabs, line "
+        "breaks or invisible characters)"
     )

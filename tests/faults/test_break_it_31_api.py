@@ -10,8 +10,11 @@ CR, U+200F, U+200B) were stored, then shown escaped and could not be named again
 
 from __future__ import annotations
 
+import re
+import tomllib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +24,9 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook
 
 import dlperf
-from tests.conftest import CliResult
+from dlperf.errors import UserError
+from tests.conftest import TINY, CliResult, fresh_store_url
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 
@@ -112,3 +117,107 @@ def test_c3_modules_torchs_hooks_make_weights_of_are_counted(norm: str) -> None:
     result = dlperf.analyze(layer, (8,), batch=2)
     assert result.totals["macs"] >= 2 * 8 * 4
     assert layer.weight.device.type == "cpu" and layer.weight.grad_fn is not None
+
+
+# --- C4: keys holding control or format characters --------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store nobody opened: a SQLite file, or a PostgreSQL schema of this test's own."""
+    yield from fresh_store_url(request.param, tmp_path, "fx31b")
+
+
+# The report's keys, and the other category-C characters: DEL, ESC, U+202E, U+200F.
+BAD = {
+    "\t": "U+0009, a control",
+    "\n": "U+000A, a control",
+    "\r": "U+000D, a control",
+    "\x7f": "U+007F, a control",
+    "\x1b": "U+001B, a control",
+    "\u200b": "U+200B, a format",
+    "\u200f": "U+200F, a format",
+    "\u202e": "U+202E, a format",
+}
+
+
+def test_c4_track_refuses_such_keys_before_storing_them(backend: str) -> None:
+    """A metric key, a phase name and a config key (at any depth) holding one is refused in
+    one line, naming the character, on either backend; nothing of it is stored. Before: kept,
+    shown escaped, and `runs plot --key` and `--where` could not name it ("did you mean
+    train/zw\\u200bk?", the text typed)."""
+    for char, kind in BAD.items():
+        named = re.escape(kind)
+        with dlperf.track("k", store=backend) as run:
+            with pytest.raises(UserError, match=f"metric key 'a.*b' holds {named} character"):
+                run.log(1, **{f"a{char}b": 1.0})
+            phase = f"phase name 'a.*b' holds {named} character"
+            with pytest.raises(UserError, match=phase), run.phase(f"a{char}b"):
+                pass
+            run.log(1, ok=1.0)
+        for config in ({f"k{char}y": 1}, {"s": {f"k{char}y": 1}}):
+            refused = pytest.raises(UserError, match=f"config.*'k.*y'.* holds {named} character")
+            with refused, dlperf.track("k", config=config, store=backend):
+                pass
+    store = dlperf.Store(backend)
+    assert [r.config for r in store.runs()] == [{}] * len(BAD)
+    assert {key for r in store.runs() for key in store.metric_keys(r.id)} == {"train/ok"}
+
+
+def test_c4_the_store_refuses_such_metric_keys(backend: str) -> None:
+    """RunStore.log_metrics, which every run's metrics go through, by the same rule."""
+    from dlperf.store import RunStore
+
+    store = RunStore.open(backend)
+    refused = pytest.raises(UserError, match="metric key 'zw\\\\u200bk' holds U\\+200B, a format")
+    with store.new_run("k", "run", {}) as record, refused:
+        store.log_metrics(record.id, [("zw\u200bk", 1, 1.0)])
+    assert store.metric_keys(record.id) == []
+
+
+NET = """
+from torch import nn
+
+
+def make(num_classes=10, **kwargs):
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+"""
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("--set", 'model.kwargs."a\tb"=1'),
+        ("--set", "model.kwargs.zw\u200bk=1"),
+        ("file", '[model.kwargs]\n"a\\nb" = 1\n'),
+    ],
+)
+def test_c4_run_refuses_such_config_keys(cli: Cli, tmp_path: Path, where: tuple[str, str]) -> None:
+    """`dlperf run`'s config, from --set or the file, and `dlperf.run`'s dict, refused before
+    anything runs."""
+    how, text = where
+    net = tmp_path / "net.py"  # a factory that takes any keyword, as smallcnn does not
+    net.write_text(NET)
+    exp = tmp_path / "tiny.toml"
+    tiny = TINY.format(epochs=1).replace('"smallcnn"', f'"{net}:make"')
+    exp.write_text(tiny + (text if how == "file" else ""))
+    args = ["--set", text] if how == "--set" else []
+    result = cli("run", str(exp), *args)
+    one_line(result, 2, "key model.kwargs.", "holds U+")
+    if how == "--set":
+        key = text.removeprefix("model.kwargs.").removesuffix("=1").strip('"')
+        model = {"name": f"{net}:make", "kwargs": {key: 1}}
+        with pytest.raises(UserError, match=r"experiment\['model'\]\['kwargs'\]\[.* holds U\+"):
+            dlperf.run({**tomllib.loads(tiny), "model": model})
+    assert cli("runs", "list", "--json").out.strip() in ("", "[]")
+
+
+def test_c4_a_sweep_axis_holding_one_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """A sweep's point, a new run, by the same rule, before any point runs."""
+    (tmp_path / "net.py").write_text(NET)
+    tiny = TINY.format(epochs=1).replace('"smallcnn"', f'"{tmp_path / "net.py"}:make"')
+    (tmp_path / "exp.toml").write_text(tiny)
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('base = "exp.toml"\n[grid]\n"model.kwargs.a\\u200bk" = [1, 3]\n')
+    one_line(cli("sweep", str(sweep)), 2, "point 1", "key model.kwargs.", "holds U+200B")
+    assert cli("runs", "list", "--json").out.strip() in ("", "[]")

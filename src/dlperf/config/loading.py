@@ -29,12 +29,14 @@ from dlperf.errors import UserError
 from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
+    PRINTABLE_HINT,
     TOO_DEEP,
     absolute_model_name,
     depth,
     did_you_mean,
     flat_clash,
     key_fault,
+    key_path_fault,
     one_line,
     stem_name,
 )
@@ -339,6 +341,16 @@ def _toml_key(path: tuple[str, ...]) -> str:
     return ".".join(spelled(part) for part in path)
 
 
+def check_printable(exp: Experiment, where: str) -> None:
+    """Refuse an experiment about to be run one of whose keys (model.kwargs') holds a control
+    or format character (a tab, U+200B), spelled as in the file: stored, it was shown escaped,
+    and `runs list --where` and `runs compare` could not name it. Not for a stored run's
+    config, read as it was stored (as `check_clash`)."""
+    fault = key_path_fault(exp.to_dict(), lambda path: f"key {_toml_key(path)}")
+    if fault is not None:
+        raise UserError(f"{where}: {fault}", PRINTABLE_HINT)
+
+
 def check_clash(exp: Experiment, where: str) -> None:
     """Refuse an experiment about to be run two of whose keys are one dotted key (`"a.b" = 1`
     beside `a = {b = 2}` in [model.kwargs]), in the words `dlperf.run` and `dlperf.track` say
@@ -354,9 +366,10 @@ def build_experiment(
     raw: dict[str, Any], where: str = "config", *, new: bool = False
 ) -> Experiment:
     """The experiment of `raw`; `new`: one about to run as a new run (a sweep's point), whose
-    keys may not clash once dotted (`check_clash`)."""
+    keys may not clash once dotted (`check_clash`) nor hold a control character."""
     exp = build_file(raw, where)[0]
     if new:
+        check_printable(exp, where)
         check_clash(exp, where)
     return exp
 
@@ -424,7 +437,9 @@ def _built(
     context: dict[str, Any] | None,
 ) -> tuple[Experiment, Commands]:
     exp, commands = build_file(raw, where, options, context)
-    check_clash(exp, where)  # every command's experiment is loaded here, before anything runs
+    # every command's experiment is loaded here, before anything runs
+    check_printable(exp, where)
+    check_clash(exp, where)
     if exp.run.name is None and path is not None:
         # The file's name often names its model: say so when --set trains another one, in
         # the words typed (model.name is stored with its file's path made absolute).

@@ -75,7 +75,7 @@ from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.parsing import finite_json
+from dlperf.parsing import PRINTABLE_HINT, finite_json, unprintable_key
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
@@ -2328,6 +2328,9 @@ class RunStore:
         ]
         for key in dict.fromkeys(str(row["key"]) for row in batch):
             _fits(Metric.__table__.c.key, key, f"metric key {_shown(key)}", "give a shorter key")
+            fault = unprintable_key(key, f"metric key {_shown(key)}")  # no --key could name it
+            if fault is not None:
+                raise UserError(fault, PRINTABLE_HINT)
         if batch:
             with self._writing() as s:
                 s.execute(Metric.__table__.insert(), batch)
