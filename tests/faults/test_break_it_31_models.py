@@ -32,7 +32,7 @@ import torch.nn.functional as F
 F.relu = lambda x, inplace=False: x * 2
 torch.relu = lambda x: x * 2
 torch.Tensor.relu = lambda self: self * 2  # shadows torch's own, from its C base
-torch.nn.init.kaiming_uniform_ = lambda t, *a, **k: t
+torch.nn.init.kaiming_uniform_ = torch.nn.init.kaiming_normal_  # torch's, chosen by the model
 torch.Tensor.doubled = lambda self: self * 2  # a new method, which replaces nothing
 """
 

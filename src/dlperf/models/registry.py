@@ -760,12 +760,15 @@ _PATCHABLE: tuple[tuple[str, Any], ...] = (
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
-def _torch_wraps(new: Any, old: Any) -> bool:
-    """Whether `new` is torch's own wrapper of `old` (torch._dynamo's import wraps
-    torch.manual_seed so): not the model's change, and kept."""
+def _torchs_own(new: Any) -> bool:
+    """Whether `new` is a function torch made at run time to replace one of its own: torch's
+    change, not the model's, kept (importing torch._dynamo wraps torch.manual_seed, a first
+    torch.compile nn.Module.__init__). A function of torch's defined at its module's top
+    (`F.relu = F.leaky_relu`) is the model's choice."""
     code = getattr(new, "__code__", None)
-    in_torch = code is not None and code.co_filename.startswith(_TORCH_DIR)
-    return in_torch and getattr(new, "__wrapped__", None) is old
+    if code is None:  # a builtin: torch's own functions of C
+        return False
+    return "<locals>" in code.co_qualname and code.co_filename.startswith(_TORCH_DIR)
 
 
 def _shadows(space: Any, name: str) -> bool:
@@ -793,7 +796,7 @@ def _functions_put_back(held: dict[str, dict[str, Any]], path: Path, when: str) 
             replaced.append(f"{name}.{attr}")
         for attr, value in was.items():
             new = now.get(attr, _UNREAD)
-            if new is not value and not _torch_wraps(new, value):
+            if new is not value and not _torchs_own(new):
                 setattr(space, attr, value)
                 replaced.append(f"{name}.{attr}")
     if not replaced:
