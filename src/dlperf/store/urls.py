@@ -10,7 +10,7 @@ Also a URL missing its `//` (`sqlite:x.db`), which is refused rather than taken 
 SQLAlchemy is imported here only where a URL is masked.
 
 And a store path as a line shows it (`shown`), saying where a name in it starts or ends with
-white space (`absent`), for `reading` too.
+white space (`absent`), for `reading` too; a URL with such an edge is refused (`refuse_edged`).
 """
 
 from __future__ import annotations
@@ -119,6 +119,30 @@ def refuse_missing_slashes(db: str) -> None:
     raise UserError(
         f"run store {given!r} looks like a URL missing its '//'",
         f"write {write}, or ./{given} for a file of that name",
+    )
+
+
+# A URL's scheme, after any white space: `dialect://` or `dialect+driver://`.
+SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9]*)(\+[A-Za-z0-9_]+)?://")
+
+
+def refuse_edged(db: str | None) -> None:
+    """Refuse, in one line, a store URL that white space starts, or ends where it is a
+    server's (pasted with a space, an env file's newline): SQLAlchemy could not parse the
+    one, and the other reached the server as part of the database's name (libpq shows a
+    newline as "; "), neither line naming the white space. A SQLite URL may end with it, as
+    a file's name may (`absent` says so where that file is not there); a path is no URL."""
+    scheme = SCHEME.match(db or "")
+    if db is None or scheme is None:
+        return
+    start = db[:1].isspace()
+    if not start and (scheme.group(1).lower() == "sqlite" or not db[-1:].isspace()):
+        return
+    side, c = ("starts", db[0]) if start else ("ends", db[-1])
+    white = "a space" if c == " " else f"white space ({c.encode('unicode_escape').decode()})"
+    raise UserError(
+        f"run store URL {shown(masked_url(db))} {side} with {white}",
+        "write the URL without it, in --db or DLPERF_DB",
     )
 
 

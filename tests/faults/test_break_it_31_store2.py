@@ -1,0 +1,70 @@
+"""Break-it round 31, part P3, fixer F: the store's URL, `--where` keys, and the TensorBoard
+export beside a delete.
+
+C7. A server URL with white space at an edge (DLPERF_DB=" postgresql://...", an env file's
+    newline) was blamed on SQLAlchemy's parser or on the database name ("database
+    "db; " does not exist"): one line says the URL starts or ends with white space.
+C9. A config key with white space at an edge (`train.lr `) was stored, but `--where` stripped
+    the key: `train.lr =0.3` selected by `train.lr`, or nothing. A key held as typed is
+    matched as typed.
+C10. `runs export --to tensorboard` beside a `runs delete` exported the deleted runs as empty,
+    exit 0, over their earlier good event files: a run gone as it is read is left out and
+    said, its earlier events kept (the MLflow export too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import dlperf
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# Port 1 on loopback: nothing answers, so a URL the line does not refuse fails on connecting.
+SERVER = "postgresql+psycopg://dlperf:secret@127.0.0.1:1/db"
+SHOWN = "postgresql+psycopg://dlperf:***@127.0.0.1:1/db"
+
+
+def one_line(result: CliResult, code: int, line: str) -> None:
+    assert result.code == code, (result.out, result.err)
+    assert result.err == f"error: {line}\n", result.err
+
+
+# C7
+
+FIX = "write the URL without it, in --db or DLPERF_DB"
+
+
+@pytest.mark.parametrize(
+    ("given", "shown", "edge"),
+    [
+        (f" {SERVER}", f"' {SHOWN}'", "starts with a space"),
+        (f"{SERVER}\n", f"'{SHOWN}\\n'", "ends with white space (\\n)"),
+        (f"{SERVER} ", f"'{SHOWN} '", "ends with a space"),
+        (f"\t{SERVER}", f"'\\t{SHOWN}'", "starts with white space (\\t)"),
+        (" sqlite:///x.db", "' sqlite:///x.db'", "starts with a space"),
+    ],
+)
+def test_a_url_with_white_space_at_an_edge_is_named(
+    given: str, shown: str, edge: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was "Could not parse SQLAlchemy URL from given URL string", or the server's
+    `database "db; " does not exist`: no word of the white space."""
+    line = f"run store URL {shown} {edge} ({FIX})"
+    one_line(cli("--db", given, "runs", "list"), 2, line)
+    monkeypatch.setenv("DLPERF_DB", given)
+    one_line(cli("runs", "show", "1"), 2, line)
+
+
+def test_a_sqlite_url_ending_in_a_space_is_still_a_path(tmp_path: Path, cli: Cli) -> None:
+    """A file's name may end with a space (round 30 says it where no such file is there)."""
+    with dlperf.track("p", store=str(tmp_path / "x.db ")) as run:
+        run.log(1, loss=1.0)
+    result = cli("--db", f"sqlite:///{tmp_path}/x.db ", "runs", "list", "--json")
+    assert result.code == 0, result.err
+    assert [r["name"] for r in json.loads(result.out)] == ["p"]
