@@ -3,15 +3,22 @@
 C1. A data.root that is a loop of symbolic links (la -> lb -> la) was "a link to lb, which is
     not there" (mount or restore lb), and an .npz one "no such file", blamed on the current
     directory: both are now said to be a loop of links, naming them.
+C2. `data samples` wrote fewer images of a class than asked, or none, when the split holds
+    fewer (the class's images are in another split), exit 0 without a word: the classes short
+    are now a warning naming where their images are, and nothing at all written is refused.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from dlperf.config import DataConfig
+from dlperf.data import load_data
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
 
@@ -64,3 +71,39 @@ def test_an_npz_data_root_that_is_a_loop_of_links_is_said_to_be_one(
         one_line(r, 2, f"{root} is a loop of symbolic links ({chain})",
                  "point one of the links at the .npz file")  # fmt: skip
         assert "no such file" not in r.err and "current directory" not in r.err
+
+
+# --- C2: data samples of a class the split holds too few of ------------------------------------
+
+
+def lopsided(tmp_path: Path) -> Path:
+    """40 images, 39 cats and 1 dog, whose one image the default split_seed puts in test."""
+    path = tmp_path / "lopsided.npz"
+    images = np.zeros((40, 1, 4, 4), np.uint8)
+    np.savez(path, images=images, labels=np.r_[np.zeros(39, int), 1], classes=["cat", "dog"])
+    data = load_data(DataConfig(name="npz", root=str(path)))
+    held = {s: (getattr(data, s).labels == 1).sum().item() for s in ("train", "val", "test")}
+    assert held == {"train": 0, "val": 0, "test": 1}
+    return path
+
+
+def test_samples_of_a_class_the_split_lacks_are_said_or_refused(cli: Cli, tmp_path: Path) -> None:
+    """Before: "npz: 0 train images ... wrote 0 images", exit 0, of --classes dog; and 3 cats
+    and no dog, not a word, of --per-class 3."""
+    root = ("--set", f"data.root={lopsided(tmp_path)}")
+    out = tmp_path / "out"
+    r = cli("data", "samples", "npz", *root, "--split", "train", "--classes", "dog,",
+            "--out", str(out))  # fmt: skip
+    one_line(r, 2, "no train image of the 1 class asked: dog has 0 (1 in test)",
+             "try --split test")  # fmt: skip
+    assert not out.exists()
+    r = cli("data", "samples", "npz", *root, "--split", "val", "--per-class", "3",
+            "--out", str(out), "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    said = "1 class asked has fewer than 3 val images: dog has 0 (1 in test); try --split test"
+    assert f"warning: {said}" in r.err.splitlines(), r.err
+    doc = json.loads(r.out)
+    assert [f["class"] for f in doc["files"]] == ["cat"] * 3 and doc["warnings"] == [said]
+    # one per class (the default), all there: nothing to say
+    r = cli("data", "samples", "npz", *root, "--out", str(out), "--json")
+    assert r.code == 0 and "warning" not in r.err and json.loads(r.out)["warnings"] == [], r.err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,10 @@ import torch
 from dlperf.config import DataConfig
 from dlperf.data import load_data
 from dlperf.data.describe import SPLITS, outside_the_set, pick_classes
-from dlperf.data.sources import decode_file
+from dlperf.data.sources import ImageData, decode_file
 from dlperf.errors import UserError
+from dlperf.formatting import few
+from dlperf.parsing import name_text
 from dlperf.paths import replaced, writing
 
 # Bytes of a file name's class part. A name is at most 255 bytes on most file systems, and a
@@ -75,10 +78,17 @@ def write_samples(
             "dlperf data describe shows their first channel; numpy reads them from the file",
         )
     names = data.classes or [str(i) for i in range(data.num_classes)]
+    picked = {
+        label: torch.nonzero(part.labels == label).flatten()[:per_class].tolist()
+        for label in pick_classes(data.name, names, classes)
+    }
+    short = _short(data, split, names, picked, per_class)
+    if short is not None and not any(picked.values()):  # before the directory is made
+        raise UserError(f"no {split} image of the {short.asked}: {short.items}", short.fix)
     out.mkdir(parents=True, exist_ok=True)
     files = []
-    for label in pick_classes(data.name, names, classes):
-        for index in torch.nonzero(part.labels == label).flatten()[:per_class].tolist():
+    for label, indices in picked.items():
+        for index in indices:
             if part.images is not None:
                 pixels = part.images[index]
             else:  # a streamed set: read only the files written
@@ -92,11 +102,55 @@ def write_samples(
             with writing(path), replaced(path) as aside:
                 image.save(aside)
             files.append({"path": str(path), "class": names[label], "label": label, "index": index})
-    # "warnings": the reader's notes on the set's files (a raw file kept aside, ...)
+    # "warnings": the reader's notes on the set's files (a raw file kept aside, ...), and the
+    # classes asked that got fewer files than asked
     return {
         "dataset": data.name,
         "split": split,
         "out": str(out),
         "files": files,
-        "warnings": list(data.notes),
+        "warnings": [*data.notes, *([short.warning] if short else [])],
     }
+
+
+@dataclass
+class _Short:
+    """Classes asked for that the split holds fewer than --per-class images of."""
+
+    asked: str  # "1 class asked", "3 classes asked"
+    items: str  # "dog has 0 (1 in test), ..."
+    fix: str
+    warning: str
+
+
+def _short(
+    data: ImageData, split: str, names: list[str], picked: dict[int, list[int]], per_class: int
+) -> _Short | None:
+    """The classes of `picked` given fewer than `per_class` images of `split`, with how many
+    of each the other splits hold: a class whose images all went to another split gave none,
+    and the command said nothing of it. None when every class got all it asked."""
+    short = [label for label, indices in picked.items() if len(indices) < per_class]
+    if not short:
+        return None
+    others = [s for s in SPLITS if s != split]
+    held = {
+        label: {s: int((getattr(data, s).labels == label).sum()) for s in others} for label in short
+    }
+
+    def item(label: int) -> str:
+        where = ", ".join(f"{n} in {s}" for s, n in held[label].items() if n)
+        where = where or f"none in {' or '.join(others)}"
+        return f"{name_text(names[label])} has {len(picked[label])} ({where})"
+
+    most = max(others, key=lambda s: sum(h[s] for h in held.values()))
+    fix = (
+        f"try --split {most}"
+        if any(h[most] for h in held.values())
+        else "ask for classes the set holds images of"
+    )
+    n = len(short)
+    asked = f"{n} class{'es' if n > 1 else ''} asked"
+    items = few([item(label) for label in short])
+    what = f"no {split} image" if per_class == 1 else f"fewer than {per_class} {split} images"
+    warning = f"{asked} {'have' if n > 1 else 'has'} {what}: {items}; {fix}"
+    return _Short(asked, items, fix, warning)
