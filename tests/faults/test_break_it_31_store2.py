@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import dlperf
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -68,3 +70,48 @@ def test_a_sqlite_url_ending_in_a_space_is_still_a_path(tmp_path: Path, cli: Cli
     result = cli("--db", f"sqlite:///{tmp_path}/x.db ", "runs", "list", "--json")
     assert result.code == 0, result.err
     assert [r["name"] for r in json.loads(result.out)] == ["p"]
+
+
+# C9
+
+
+def stored(db: str, name: str, config: dict[str, Any]) -> None:
+    """A finished run of `config` (as dlperf.track stores one; written here at the store, so
+    that these tests hold whatever `track` comes to accept)."""
+    store = RunStore.open(db)
+    store.finish_run(store.create_run(name, "run", config), "finished")
+
+
+def test_a_config_key_with_a_space_at_an_end_is_matched_as_typed(tmp_path: Path, cli: Cli) -> None:
+    """Was `[]` for train.lr =0.3 and run 1 (by train.lr) for train.lr =0.1."""
+    db = str(tmp_path / "c9.db")
+    stored(db, "both", {"train": {"lr": 0.1, "lr ": 0.3}})
+    stored(db, "spaced", {"train": {"lr ": 0.1}})
+    store = dlperf.Store(db)
+    assert [r.id for r in store.runs(where=["train.lr =0.3"])] == [1]
+    assert [r.id for r in store.runs(where=["train.lr =0.1"])] == [2]
+    assert [r.id for r in store.runs(where=["train.lr=0.1"])] == [1]
+    assert [r.id for r in store.runs(where=["train.lr = 0.1"])] == [2]  # the key as typed
+    result = cli("--db", db, "runs", "list", "--where", "train.lr =0.3", "--json")
+    assert result.code == 0, result.err
+    assert [r["id"] for r in json.loads(result.out)] == [1]
+
+
+def test_spaces_around_the_equals_sign_still_read_the_key(tmp_path: Path) -> None:
+    """No run holds `train.lr ` here: the key is read without the spaces, as before."""
+    db = str(tmp_path / "c9.db")
+    stored(db, "plain", {"train": {"lr": 0.1}})
+    assert [r.id for r in dlperf.Store(db).runs(where=["train.lr = 0.1", " name=plain"])] == [1]
+
+
+def test_a_key_held_only_with_white_space_at_an_edge_is_said(tmp_path: Path, cli: Cli) -> None:
+    """Was an empty listing, exit 0: `train.lr` is a key of every experiment, so not unknown."""
+    db = str(tmp_path / "c9.db")
+    stored(db, "spaced", {"train": {"lr ": 0.3}})
+    one_line(
+        cli("--db", db, "runs", "list", "--where", "train.lr=0.3"),
+        2,
+        "--where train.lr=0.3: no listed run holds the key train.lr; 'train.lr ' differs from "
+        "it only by white space (to select by that key, write it as stored: "
+        "--where 'train.lr =0.3')",
+    )

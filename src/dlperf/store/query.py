@@ -13,14 +13,14 @@ import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt, scaled
-from dlperf.parsing import did_you_mean, flatten, has_control
+from dlperf.parsing import did_you_mean, flatten, has_control, name_text
 from dlperf.procs import proc_stat, process_alive
 from dlperf.store.record import LOST
 from dlperf.store.record import STATUSES as STORED
@@ -336,11 +336,12 @@ class Condition:
     key: str
     value: Any
     text: str | None = field(default=None, compare=False)
+    typed: str | None = field(default=None, compare=False)  # the key with its edges as given
 
     @classmethod
     def parse(cls, text: str) -> Condition:
         key, sep, given = text.partition("=")
-        key, value = key.strip(), given.strip()
+        typed, key, value = key, key.strip(), given.strip()
         # `train.lr!=0.1` was read as the key `train.lr!`, and told "did you mean 'train.lr'?",
         # which selects the opposite. (`tag.x==y` is kept: the tag "=y", as `runs tag` sets it.)
         if key.endswith(("!", "<", ">")) or (not sep and any(op in text for op in "<>")):
@@ -354,7 +355,28 @@ class Condition:
                 f"--where {text!r}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
             )
-        return cls(key, _value(value), given)
+        return cls(key, _value(value), given, typed)
+
+    def as_typed(self, runs: list[RunRecord]) -> Condition:
+        """This condition on its key as typed, white space at an edge kept, where one of
+        `runs` holds that key (a config's `lr `, stored as given): stripped, `train.lr =0.3`
+        selected by `train.lr`, or nothing, without a word. Elsewhere spaces around the = are
+        only spacing, as they always were; but a key no run holds, where one differs from it
+        only by such white space, is refused naming that key (it selected nothing)."""
+        typed = self.typed or self.key
+        if typed != self.key and any(_field(r, typed)[0] for r in runs):
+            return replace(self, key=typed)
+        if any(_field(r, self.key)[0] for r in runs):
+            return self
+        held = {k for run in runs for k in (*_summary_keys(run), *flatten(run.config))}
+        alike = sorted(k for k in held if k != self.key and _unspaced(k) == _unspaced(typed))
+        if alike:
+            raise UserError(
+                f"--where {self.key}={self.text}: no listed run holds the key {self.key}; "
+                f"{name_text(alike[0])} differs from it only by white space",
+                f"to select by that key, write it as stored: --where '{alike[0]}={self.text}'",
+            )
+        return self
 
     def holds(self, run: RunRecord) -> bool:
         has, value = _field(run, self.key)
@@ -386,6 +408,11 @@ class Condition:
                 f"it, and {self.key} holds numbers",
                 f"write it as {float(self.value)!r}",
             )
+
+
+def _unspaced(key: str) -> str:
+    """`key` without white space at the edges of its dotted names (`train .lr ` as train.lr)."""
+    return ".".join(name.strip() for name in key.split("."))
 
 
 def _python_number(text: str) -> bool:
@@ -502,7 +529,7 @@ def _near(key: str, known: set[str]) -> list[str]:
 
 def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     """The runs (as they stand) every KEY=VALUE of `where` holds for."""
-    conditions = [Condition.parse(w) for w in where]
+    conditions = [Condition.parse(w).as_typed(runs) for w in where]
     _check_keys(runs, conditions)
     for condition in conditions:
         condition.refuse_number_as_text(runs)
