@@ -25,6 +25,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 import warnings
@@ -829,24 +830,90 @@ def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
     ]
 
 
+# The interval timers a model file may arm (`signal.alarm(3)` as a timeout guard around a
+# download, never cancelled), by the signal each sends: by default it ends the process
+_TIMERS = (
+    {
+        "SIGALRM": signal.ITIMER_REAL,
+        "SIGVTALRM": signal.ITIMER_VIRTUAL,
+        "SIGPROF": signal.ITIMER_PROF,
+    }
+    if hasattr(signal, "setitimer")
+    else {}
+)
+# How far a timer may read from what running down alone left of it (clock and timer differ)
+_TIMER_SLACK = 0.05
+
+
+def _timer_clock(sig: str) -> float:
+    """The clock the timer of `sig` runs down by: wall time, the process's user CPU time, or
+    its user and system CPU time."""
+    if sig == "SIGALRM":
+        return time.monotonic()
+    cpu = os.times()
+    return cpu.user if sig == "SIGVTALRM" else cpu.user + cpu.system
+
+
+def _timers_now() -> dict[str, tuple[float, float, float]]:
+    """Each timer of _TIMERS: seconds left (0: not armed), its interval, its clock's reading."""
+    return {sig: (*signal.getitimer(which), _timer_clock(sig)) for sig, which in _TIMERS.items()}
+
+
+def _timer_said(left: float, every: float) -> str:
+    return f"due in {left:.3g} s" + (f", then every {every:g} s" if every else "")
+
+
+def _timers_put_back(
+    held: dict[str, tuple[float, float, float]], path: Path, when: str
+) -> list[str]:
+    """The timers (`_timers_now()`) the model file at `path` armed, changed or cancelled set
+    back to what running down alone left of them, one note each. Armed and left so, its
+    signal ended dlperf mid-run with no word ("Alarm clock", exit 142), the run `lost`; a
+    timer of the caller's (pytest-timeout's) runs on."""
+    notes = []
+    for sig, (left, every, at) in held.items():
+        now, now_every = signal.getitimer(_TIMERS[sig])
+        due = max(left - (_timer_clock(sig) - at), 0.0)
+        if left and not due:
+            continue  # it went off in the block: what it holds now is its own interval
+        if now_every == every and abs(now - due) <= _TIMER_SLACK:
+            continue
+        signal.setitimer(_TIMERS[sig], due, every if due else 0.0)
+        how = f"{when} (signal.alarm or setitimer)"
+        if not left:
+            told = (
+                f"armed a {sig} timer {how}, {_timer_said(now, now_every)}; cancelled: by "
+                "default its signal ends the process, dlperf mid-run with no word"
+            )
+        else:
+            told = (
+                f"{'re-armed' if now else 'cancelled'} the process's {sig} timer {how}; put "
+                f"back as it was, {_timer_said(due, every)}"
+            )
+        notes.append(f"model file {path} {told}")
+    return notes
+
+
 @contextlib.contextmanager
 def _process_kept(path: Path, when: str) -> Iterator[None]:
     """The block (a model file's import, its factory's call) with the stop signals' handlers,
     the working directory, a lowered recursion limit, torch's default dtype and device, its
     anomaly mode, deterministic algorithms and flush denormal (`_Autograd`), its torch.backends
-    settings and the functions of its namespaces the model replaced put back as they were, and
-    the child processes it started named, each told in one line (`note`)."""
+    settings, the functions of its namespaces the model replaced and the timers it armed put
+    back as they were, and the child processes it started named, each told in one line
+    (`note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
-    limit = sys.getrecursionlimit()
+    limit, timers = sys.getrecursionlimit(), _timers_now()
     autograd, backends, functions = _Autograd.now(), _backends_now(), _functions_now()
     try:
         yield
     finally:
         # First: under the model's lower limit the checks below may not have the depth to run
         notes = _recursion_kept(path, when, limit)
+        notes += _timers_put_back(timers, path, when)
         _exit_handler_last()  # to run before any exit handler the block registered
         notes += torch_defaults_kept(path, when, dtype, device)
         notes += autograd.put_back(path, when)

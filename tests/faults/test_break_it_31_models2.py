@@ -1,0 +1,87 @@
+"""Break-it round 31, P1 (the user's own models), causes C4, C5 and C6.
+
+- C4: a model file that armed a timer (`signal.alarm(3)` as a timeout guard, never cancelled)
+  as it was imported or in its factory killed `dlperf run` with no word ("Alarm clock", exit
+  142), the run left `lost`. The timer is now cancelled, in one line.
+- C5: after `dlperf.analyze(...)` torch believed global module hooks were registered for the
+  rest of the process (torch's handle of a hook taking kwargs leaves its flag behind): every
+  later torch.compile(module) of the caller warned of them. torch's tables are left as they
+  were.
+- C6: a model with no forward (a typo `def foward`, a factory returning an nn.ModuleList) was
+  blamed on the images ("the model rejects digits images of shape ..."). It is now one line
+  naming the fault, as the model is built.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from dlperf.models.registry import create_model, noting
+
+# --- C4: a timer armed by a model file -------------------------------------------------------
+
+ARMS = {
+    "alarm": "signal.alarm(60)",
+    "itimer": "signal.setitimer(signal.ITIMER_REAL, 60.0, 1.0)",
+    "virtual": "signal.setitimer(signal.ITIMER_VIRTUAL, 60.0)",
+}
+SIGNALS = {"alarm": "SIGALRM", "itimer": "SIGALRM", "virtual": "SIGVTALRM"}
+WHICH = {
+    "alarm": signal.ITIMER_REAL,
+    "itimer": signal.ITIMER_REAL,
+    "virtual": signal.ITIMER_VIRTUAL,
+}
+
+
+def _arming(tmp_path: Path, code: str, where: str) -> str:
+    path = tmp_path / f"t_{where}.py"
+    top, body = (code, "") if where == "import" else ("", f"    {code}\n")
+    path.write_text(
+        f"import signal\nimport torch.nn as nn\n{top}\n"
+        "def build(num_classes=10, in_channels=1):\n"
+        f"{body}"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 16, num_classes))\n"
+    )
+    return f"{path}:build"
+
+
+@pytest.mark.parametrize("where", ["import", "factory"])
+@pytest.mark.parametrize("kind", list(ARMS))
+def test_a_timer_armed_by_a_model_file_is_put_back_with_a_line(
+    tmp_path: Path, where: str, kind: str
+) -> None:
+    """A timer that was not armed (SIGVTALRM) is cancelled; one that was (pytest-timeout's
+    SIGALRM, where it runs) is put back as it was."""
+    which = WHICH[kind]
+    before = signal.getitimer(which)
+    try:
+        with noting() as notes:
+            create_model(_arming(tmp_path, ARMS[kind], where), num_classes=10, in_channels=1)
+        left, every = signal.getitimer(which)
+    finally:
+        signal.setitimer(which, *before)  # the test's process, whatever the fix does
+    assert abs(left - before[0]) < 1 and every == before[1]
+    said = [n for n in notes if SIGNALS[kind] in n]
+    assert len(said) == 1, notes
+    assert said[0].startswith(f"model file {tmp_path / f't_{where}.py'} ")
+    if before[0]:
+        assert f"re-armed the process's {SIGNALS[kind]} timer" in said[0], said
+    else:
+        assert said[0].endswith(
+            "; cancelled: by default its signal ends the process, dlperf mid-run with no word"
+        )
+
+
+def test_a_timer_of_the_callers_own_is_left_running(tmp_path: Path) -> None:
+    before = signal.getitimer(signal.ITIMER_REAL)
+    signal.setitimer(signal.ITIMER_REAL, 600.0)
+    try:
+        with noting() as notes:
+            create_model(_arming(tmp_path, "pass", "import"), num_classes=10, in_channels=1)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *before)
+    assert left > 500 and notes == []
