@@ -6,6 +6,10 @@ C1. A data.root that is a loop of symbolic links (la -> lb -> la) was "a link to
 C2. `data samples` wrote fewer images of a class than asked, or none, when the split holds
     fewer (the class's images are in another split), exit 0 without a word: the classes short
     are now a warning naming where their images are, and nothing at all written is refused.
+C3. A VOC annotation's <Object> (another case) was not read, its box trained as background,
+    and an object's second <bndbox> was dropped, exit 0: VOC's elements are read in any case,
+    and a second of an element VOC gives once (<bndbox>, <name>, a corner, ...) is refused in
+    one line naming the file and the object.
 """
 
 from __future__ import annotations
@@ -19,7 +23,11 @@ import pytest
 
 from dlperf.config import DataConfig
 from dlperf.data import load_data
+from dlperf.detect import voc
+from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_break_it_21_detect import shapes, sub
+from tests.faults.test_break_it_24_detect import finetune, refused_before_training, xml
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -107,3 +115,66 @@ def test_samples_of_a_class_the_split_lacks_are_said_or_refused(cli: Cli, tmp_pa
     # one per class (the default), all there: nothing to say
     r = cli("data", "samples", "npz", *root, "--out", str(out), "--json")
     assert r.code == 0 and "warning" not in r.err and json.loads(r.out)["warnings"] == [], r.err
+
+
+# --- C3: VOC elements in another case, and a second <bndbox> -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("object>", "Object>"),
+        ("name>", "Name>"),
+        ("bndbox>", "BNDBOX>"),
+        ("xmax>", "XMax>"),
+        ("difficult>", "Difficult>"),
+        ("size>", "Size>"),
+        ("width>", "Width>"),
+        ("filename>", "FileName>"),
+    ],
+)
+def test_voc_elements_in_another_case_are_read(tmp_path: Path, old: str, new: str) -> None:
+    """Before: an <Object> was not read (3 objects, 2 read: its square trained as background);
+    a <Name>, <BndBox>, ... was "missing <name>"."""
+    root = shapes(tmp_path)
+    path, images = xml(root, "000000"), root / "JPEGImages"
+    plain = voc.parse_annotation(path, images)
+    assert len(plain.objects) > 1
+    path.write_text(path.read_text().replace(old, new))
+    assert voc.parse_annotation(path, images) == plain
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ("</bndbox>", "</bndbox><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>9</xmax><ymax>9</ymax>"
+         "</bndbox>", "object 1: 2 <bndbox> elements, where VOC has one"),
+        ("</bndbox>", "</bndbox><BndBox><xmin>1</xmin><ymin>1</ymin><xmax>9</xmax><ymax>9</ymax>"
+         "</BndBox>", "object 1: 2 <bndbox> elements, where VOC has one"),
+        ("</name>", "</name><name>disc</name>", "object 1: 2 <name> elements"),
+        ("</xmax>", "</xmax><xmax>9</xmax>", "<bndbox>: 2 <xmax> elements"),
+        ("</width>", "</width><width>9</width>", "<size>: 2 <width> elements"),
+    ],
+)  # fmt: skip
+def test_a_second_voc_element_of_one_is_refused(
+    tmp_path: Path, old: str, new: str, said: str
+) -> None:
+    """Before: the first was read and the second dropped: an object's second box, trained as
+    background, without a word."""
+    root = shapes(tmp_path)
+    path = xml(root, "000000")
+    sub(path, old, new)
+    with pytest.raises(UserError) as caught:
+        voc.parse_annotation(path)
+    assert said in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_finetune_refuses_an_object_of_two_boxes(cli: Cli, tmp_path: Path) -> None:
+    root = shapes(tmp_path)
+    box = "<bndbox><xmin>1</xmin><ymin>1</ymin><xmax>9</xmax><ymax>9</ymax></bndbox>"
+    sub(xml(root, "000000"), "</bndbox>", f"</bndbox>{box}")
+    out = tmp_path / "w.pt"
+    r = finetune(cli, root, out)
+    one_line(r, 2, f"{xml(root, '000000')}: object 1: 2 <bndbox> elements, where VOC has one",
+             "give each box its own <object>")  # fmt: skip
+    refused_before_training(cli, out)

@@ -141,6 +141,14 @@ def _text(node: ET.Element, tag: str, source: object, hint: str | None = None) -
 # What <difficult> and <truncated> may say: VOC writes 1 and 0; some tools true and false.
 FLAGS = {"0": False, "1": True, "false": False, "true": True}
 CORNERS = ("xmin", "ymin", "xmax", "ymax")
+# The elements this reader reads, each of which VOC gives its parent once.
+ONCE = {
+    "annotation": ("filename", "size"),
+    "size": ("width", "height"),
+    "object": ("name", "bndbox", "truncated", "difficult"),
+    "bndbox": CORNERS,
+}
+VOC_TAGS = {tag for tags in ONCE.values() for tag in tags} | {"object"}
 
 
 def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
@@ -159,6 +167,9 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
         raise UserError(f"{path}: not a readable VOC annotation ({e})") from None
     node = tree.getroot()
     _local_names(node)
+    _one_each(node, ONCE["annotation"], str(path))
+    if (size := node.find("size")) is not None:
+        _one_each(size, ONCE["size"], f"{path}: <size>")
     width, height = (_size(node, side, path) for side in ("width", "height"))
     filename = _text(node, "filename", path)
     if images is not None:
@@ -178,13 +189,27 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
 
 
 def _local_names(root: ET.Element) -> None:
-    """Rename every element of `root` to its local name ("{http://...}size" to "size"): an
-    annotation whose root declares a namespace (xmlns="...", some labelling tools write one)
-    holds VOC's elements all the same, and found by their plain names they were told
-    missing ("missing <size/width>") though there."""
+    """Rename every element of `root` to its local name ("{http://...}size" to "size"), and
+    VOC's elements in another case to VOC's ("Object" to "object"): an annotation whose root
+    declares a namespace (xmlns="...", some labelling tools write one) holds VOC's elements
+    all the same, and found by their plain names they were told missing ("missing
+    <size/width>") though there; an <Object> was not read at all, its box trained as
+    background."""
     for element in root.iter():
-        if isinstance(element.tag, str) and element.tag.startswith("{"):
-            element.tag = element.tag.partition("}")[2]
+        if isinstance(element.tag, str):
+            local = element.tag.rpartition("}")[2]
+            element.tag = local.lower() if local.lower() in VOC_TAGS else local
+
+
+def _one_each(node: ET.Element, tags: tuple[str, ...], where: str) -> None:
+    """Refuse a second of the elements `tags` in `node`: the first was read and the rest
+    dropped without a word, an object's second box trained as background."""
+    for tag in tags:
+        if (n := len(node.findall(tag))) > 1:
+            raise UserError(
+                f"{where}: {n} <{tag}> elements, where VOC has one",
+                "give each box its own <object>" if tag == "bndbox" else f"keep the <{tag}> meant",
+            )
 
 
 def _header_size(image: Path, said: tuple[int, int]) -> tuple[tuple[int, int] | None, int]:
@@ -270,8 +295,11 @@ def _size(node: ET.Element, side: str, path: Path) -> int:
 
 
 def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
+    _one_each(obj, ONCE["object"], where)
     name = _text(obj, "name", where, "give each object the name of its class")
     where = f"{where} ({name})"
+    if (box := obj.find("bndbox")) is not None:
+        _one_each(box, CORNERS, f"{where} <bndbox>")
     if name == BACKGROUND:  # label 0: as a class it was trained, and named twice in the labels
         raise UserError(
             f"{where}: {BACKGROUND} is the name dlperf gives the background (label 0), not a class",
