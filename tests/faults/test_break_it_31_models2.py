@@ -18,7 +18,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from torch import nn
 
+from dlperf.analytic.counting import analyze_module
 from dlperf.models.registry import create_model, noting
 
 # --- C4: a timer armed by a model file -------------------------------------------------------
@@ -85,3 +87,18 @@ def test_a_timer_of_the_callers_own_is_left_running(tmp_path: Path) -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, *before)
     assert left > 500 and notes == []
+
+
+# --- C5: torch's global hook tables after analyze --------------------------------------------
+
+
+def test_analyze_leaves_no_global_hook_behind() -> None:
+    from torch.nn.modules import module
+
+    before = dict(module._global_forward_hooks_with_kwargs)
+    assert not module._has_any_global_hook()
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten())
+    analyze_module(model, (1, 8, 8))
+    analyze_module(model, (1, 8, 8), train=True)
+    assert module._global_forward_hooks_with_kwargs == before
+    assert not module._has_any_global_hook()

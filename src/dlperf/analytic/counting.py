@@ -55,6 +55,7 @@ import sys
 import threading
 import traceback
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -66,6 +67,7 @@ from torch import nn
 from torch.autograd.graph import Node
 from torch.nn import functional as F
 from torch.nn.modules.module import (
+    _global_forward_hooks_with_kwargs,
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
@@ -906,10 +908,12 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     continue  # made before this forward, by a module outside it
                 todo += [n for n, _ in node.next_functions if n is not None and n not in seen]
 
-        return [
-            register_module_forward_pre_hook(entered),
-            register_module_forward_hook(left, with_kwargs=True),
-        ]
+        leaving = register_module_forward_hook(left, with_kwargs=True)
+        # torch's handle removes the hook but not its with_kwargs flag, by which torch then
+        # believes a global hook is registered for the rest of the process (a caller's every
+        # torch.compile(module) warned of it): the flag goes with the hook
+        leaving.extra_dict_ref += (weakref.ref(_global_forward_hooks_with_kwargs),)
+        return [register_module_forward_pre_hook(entered), leaving]
 
     def not_run(self) -> list[NotRun]:
         """The outermost modules whose parameters no row counts: a module whose every
