@@ -753,6 +753,7 @@ def track(
     with stopping.deferred():
         import torch
 
+        from dlperf.store import RunStore
         from dlperf.store.query import TRACKED
         from dlperf.system import system_info
 
@@ -768,6 +769,10 @@ def track(
     _clash(config, "config")
     dev = _device(device)
     where = _open_store(store)
+    # A store opened here is closed when the block ends: its connection stayed open while
+    # the caller held the run, and a loop of runs on a database that allows one connection
+    # failed at the second. A `Store` or `RunStore` passed in is the caller's to close.
+    opened = not isinstance(store, Store | RunStore)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
     # Marked as tracked: the user's config may hold every section of an experiment's, by
     # which the runs of before were told, and its val/* were then moved to epochs' steps.
@@ -795,6 +800,10 @@ def track(
             _left_in_child(recording, tracked)
         else:
             recording.__exit__(None, None, None)
+    finally:
+        if opened and not tracked._forked():
+            with suppress(Exception):  # a server gone: the block's own error is the one to see
+                where.release()
 
 
 def _left_in_child(recording: Any, tracked: TrackedRun) -> None:

@@ -8,6 +8,9 @@
   removing for a delete cut short, finished it and reported the runs as its own (P3 C6).
 - Under `python -u` / PYTHONUNBUFFERED=1 a short write to standard output (a file size limit,
   a nearly full disk) lost the rest of the output: a cut JSON document, exit 0 (P4 C6).
+- `with dlperf.track(name, store=URL)` left its store's connection open after the block
+  until the run object was collected: a loop of tracked runs on a PostgreSQL database with
+  a connection limit of 1 failed at the second (P3, noted).
 """
 
 from __future__ import annotations
@@ -103,3 +106,16 @@ def test_a_short_write_to_standard_output_is_said_under_python_u(
     assert result.code == 1, result.err
     assert _last_line(result).endswith(LIMIT_HINT), result.err
     assert "standard output" in result.err
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_tracked_block_closes_the_store_it_opened(kind: str, tmp_path: Path) -> None:
+    import dlperf
+
+    for url in fresh_store_url(kind, tmp_path, "bk31t"):
+        with dlperf.track("t", store=url) as run:
+            run.log(1, loss=1.0)
+        assert run._store.engine.pool.checkedin() == 0  # type: ignore[attr-defined]
+        store = dlperf.Store(url)  # the run is stored whole
+        assert store.metrics(run.id, "train/loss") == [(1, 1.0)]
+        store._store.engine.dispose()  # type: ignore[union-attr]

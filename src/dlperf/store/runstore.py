@@ -1867,6 +1867,15 @@ class RunStore:
         store._unwritable = unwritable
         return store
 
+    def release(self) -> None:
+        """Close the pooled connections, which a database's connection limit counts; the
+        store stays usable (a later read connects anew, to the same file: a relative path is
+        not resolved again in a working directory changed or removed since)."""
+        path = integrity.store_file(self.engine)
+        self.engine.dispose()
+        if path is not None:
+            integrity.same_file(self.engine, path)
+
     def artifact_dir(self, out_dir: str | Path) -> Path:
         """Where this store's new runs keep their files under `out_dir`: one directory per
         store, so run 1 of one store never overwrites (or is read as) run 1 of another; a byte
