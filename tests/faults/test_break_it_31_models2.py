@@ -15,13 +15,19 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 from dlperf.analytic.counting import analyze_module
+from dlperf.errors import UserError
 from dlperf.models.registry import create_model, noting
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
 
 # --- C4: a timer armed by a model file -------------------------------------------------------
 
@@ -102,3 +108,92 @@ def test_analyze_leaves_no_global_hook_behind() -> None:
     analyze_module(model, (1, 8, 8), train=True)
     assert module._global_forward_hooks_with_kwargs == before
     assert not module._has_any_global_hook()
+
+
+# --- C6: a model with no forward -------------------------------------------------------------
+
+NO_FORWARD = """
+import torch.nn as nn
+class NoFwd(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.fc = nn.Linear(64, num_classes)
+    def foward(self, x):  # typo
+        return self.fc(x.flatten(1))
+class Called(nn.Module):  # runs its layers from __call__, which is a forward
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.fc = nn.Linear(64, num_classes)
+    def __call__(self, x):
+        return self.fc(x.flatten(1))
+def net(num_classes=10):
+    return NoFwd(num_classes)
+def mlist(num_classes=10):
+    return nn.ModuleList([nn.Flatten(), nn.Linear(64, num_classes)])
+def mdict(num_classes=10):
+    return nn.ModuleDict({"fc": nn.Linear(64, num_classes)})
+def called(num_classes=10):
+    return Called(num_classes)
+"""
+
+
+def _no_forward(tmp_path: Path) -> Path:
+    path = tmp_path / "nf.py"
+    path.write_text(NO_FORWARD)
+    return path
+
+
+def test_a_model_without_forward_is_told_with_the_close_name(tmp_path: Path) -> None:
+    spec = f"{_no_forward(tmp_path)}:net"
+    with pytest.raises(UserError) as refused:
+        create_model(spec, num_classes=10, in_channels=1)
+    assert refused.value.message == f"model '{spec}' (class NoFwd) defines no forward()"
+    assert refused.value.hint == "it has `foward`: did you mean forward?"
+
+
+@pytest.mark.parametrize("factory,kind", [("mlist", "ModuleList"), ("mdict", "ModuleDict")])
+def test_a_container_without_forward_is_told(tmp_path: Path, factory: str, kind: str) -> None:
+    spec = f"{_no_forward(tmp_path)}:{factory}"
+    with pytest.raises(UserError) as refused:
+        create_model(spec, num_classes=10, in_channels=1)
+    assert refused.value.message == (
+        f"model '{spec}' is an nn.{kind}, which has no forward(): it holds layers, not how "
+        "to call them"
+    )
+    assert refused.value.hint == (
+        "return the layers in an nn.Sequential, or a Module whose forward calls them"
+    )
+
+
+def test_a_model_called_through_its_own_call_is_built(tmp_path: Path) -> None:
+    model = create_model(f"{_no_forward(tmp_path)}:called", num_classes=10, in_channels=1)
+    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_analyze_and_run_tell_a_missing_forward_not_the_input(tmp_path: Path, cli: Cli) -> None:
+    path = _no_forward(tmp_path)
+    counted = cli("analyze", f"{path}:net", "--input", "1,8,8")
+    assert counted.code == 2, counted
+    assert counted.err.splitlines() == [
+        f"error: model '{path}:net' (class NoFwd) defines no forward() "
+        "(it has `foward`: did you mean forward?)"
+    ]
+    experiment = tmp_path / "e.toml"
+    experiment.write_text(
+        f'[model]\nname="{path}:mlist"\n[data]\nname="digits"\n[train]\nepochs=1\n'
+        "[run]\nthreads=1\n"
+    )
+    trained = cli("run", str(experiment))
+    assert trained.code == 2, trained
+    assert "is an nn.ModuleList, which has no forward()" in trained.err
+    assert "images" not in trained.err
+
+
+def test_analyze_of_a_given_module_without_forward_tells_it() -> None:
+    class Holder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+    with pytest.raises(UserError, match=r"^the model \(class Holder\) defines no forward"):
+        analyze_module(Holder(), (4,))

@@ -2046,7 +2046,10 @@ def _analyze_module(
     name: str,
     command: str,
 ) -> Analysis:
+    from dlperf.models.registry import refuse_no_forward
+
     _refuse_quantized(model, command)
+    refuse_no_forward(model, "the model")
     _refuse_zero_size(model, command)
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")

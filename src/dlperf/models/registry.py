@@ -15,6 +15,7 @@ import builtins
 import contextlib
 import contextvars
 import dataclasses
+import difflib
 import functools
 import hashlib
 import importlib.abc
@@ -1138,6 +1139,7 @@ def build_from_factory(
         raise UserError(
             f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module", hint
         )
+    refuse_no_forward(model, f"model '{spec}'")
     check_no_cycle(model, spec)
     if any(ZERO_SIZED in str(w.message) for w in caught):  # torch's init of a layer of size 0
         _refuse_no_size(model, spec, own)
@@ -1291,6 +1293,35 @@ def check_no_cycle(model: nn.Module, spec: str) -> None:
                     f"weakref.ref({_reached(held)})",
                 )
             stack.append((child, where, False))
+
+
+def refuse_no_forward(model: nn.Module, what: str) -> None:
+    """Refuse `model` (`what` names it: "model 'm.py:net'", "the model") where it has no
+    forward to call: a class of the model's whose `forward` is misspelt (`def foward`), or a
+    container of torch's that has none (nn.ModuleList, nn.ModuleDict). Its first forward
+    raised torch's "missing the required forward function", which was told as the input's
+    fault ("the model rejects digits images of shape ..."). A module that runs its layers
+    from its own `__call__`, or was given a `forward` of its own, is called as it is."""
+    cls = type(model)
+    # Static: a scripted module's forward is a descriptor that fails when read from its class
+    forward = inspect.getattr_static(model, "forward", None)
+    if cls.__call__ is not nn.Module.__call__ or forward is not vars(nn.Module)["forward"]:
+        return
+    if cls.__module__.startswith("torch."):
+        raise UserError(
+            f"{what} is an nn.{cls.__name__}, which has no forward(): it holds layers, not "
+            "how to call them",
+            "return the layers in an nn.Sequential, or a Module whose forward calls them",
+        )
+    # Names of the model's own, not nn.Module's (its _forward_hooks would be "close")
+    own = [n for n in dir(cls) if n not in dir(nn.Module) and callable(getattr(cls, n, None))]
+    close = difflib.get_close_matches("forward", own, n=1)
+    raise UserError(
+        f"{what} (class {cls.__name__}) defines no forward()",
+        f"it has `{close[0]}`: did you mean forward?"
+        if close
+        else "define forward(self, x), which is called with a batch of images (N, C, H, W)",
+    )
 
 
 def nesting(model: nn.Module) -> int:
