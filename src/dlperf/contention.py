@@ -114,7 +114,9 @@ class Contention:
     host_pressure: float | None = None
     others_share: float | None = None  # of the usable cores, taken by other processes
     others_too_short: bool = False  # the window was too short to measure others_share
-    stops: int = 0  # continuations (SIGCONT) after a stop (SIGSTOP, Ctrl-Z): a `Stopwatch`'s
+    # continuations (SIGCONT) after a stop (SIGSTOP, Ctrl-Z): a `Stopwatch`'s; None where none
+    # counts them (serve bench's windows: neither it nor the server watches its stops)
+    stops: int | None = 0
     stopped_s: float | None = None  # about how long it was stopped (None: not measured)
     stopped_in: tuple[str, ...] = ()  # the spans (epochs) stopped for STOPPED or more
 

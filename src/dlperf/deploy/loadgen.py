@@ -4,16 +4,19 @@ At each concurrency level, that many clients send `POST /predict` back to back u
 duration is up or the request budget is spent; each first sends one request that is not
 counted (connection set-up, the server's first batches). Throughput = successful responses
 / wall time of the level; latencies are of successful responses. A level ends early, refused
-(`ServerGone`), once every client's last request found no server to connect to: the server
-stopped. Only a server on this machine is loaded: a benchmark must never become a flood
-against someone else's host.
+(`ServerGone`), once every client's last request went unanswered: no server to connect to (it
+died), or no answer in TIMEOUT_S (it was stopped, SIGSTOP or Ctrl-Z, or hangs: its listening
+socket still takes connections, so none is refused). Only a server on this machine is loaded:
+a benchmark must never become a flood against someone else's host.
 
 Server and load generator share this machine's CPUs, with whatever else runs on it, so each
 level's timed stretch (after the warm-up requests) is a contention window
 (dlperf.contention) of the load generator's process and of the server's, found by its
 listening port (Linux's /proc; where it cannot be seen, the load generator's alone): the
 level carries the more contended one's `cpu_wait_share` and figures (`contention`, with
-`process`: "server" or "load generator") and its mark (`reliable`, `reliability_note`).
+`process`: "server" or "load generator") and its mark (`reliable`, `reliability_note`). Its
+`stops` are None: neither process counts its continuations here (dlperf.contention's
+`watching_stops` is a training run's), and a stopped server is told by its requests timing out.
 """
 
 from __future__ import annotations
@@ -41,16 +44,26 @@ from dlperf.errors import UserError
 from dlperf.paths import image_file
 from dlperf.progress import NullReporter, Reporter
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
 HEADERS = {"content-type": "application/octet-stream"}
 REFUSED = httpx.ConnectError.__name__  # a request's status when no server took its connection
+# ... and when one took it but sent no answer (or took no more of the body) in TIMEOUT_S
+TIMED_OUT = frozenset(
+    e.__name__ for e in (httpx.ConnectTimeout, httpx.ReadTimeout, httpx.WriteTimeout)
+)
 
 
 class ServerGone(UserError):
-    """The server stopped answering mid-level (stopped, killed, crashed): the level measured
-    refusals, not the server, so it is refused, exit 1 (not the user's input)."""
+    """The server stopped answering mid-level (stopped, killed, crashed, hung): the level
+    measured refusals or timeouts, not the server, so it is refused, exit 1 (not the user's
+    input)."""
 
     exit_code = 1
+
+
+class _Unanswered(Exception):
+    """Every client's last request went unanswered: the level's other requests are not
+    waited for."""
 
 
 @dataclass
@@ -226,6 +239,40 @@ def _oneline(text: str, limit: int) -> str:
     return line if len(line) <= limit else f"{line[: limit - 3]}..."
 
 
+def _no_answer(statuses: Counter[str], ended: int) -> str:
+    """How a level's requests went unanswered, refused or timed out, of the `ended` ones."""
+    refused = statuses[REFUSED]
+    timed_out = sum(statuses[name] for name in TIMED_OUT)
+    said = []
+    if refused:
+        said.append(f"connection refused ({refused} of {ended} requests)")
+    if timed_out:
+        said.append(f"no answer in {TIMEOUT_S:g} s ({timed_out} of {ended} requests timed out)")
+    return "; ".join(said)
+
+
+def _gone_hint(server: int | None, timed_out: bool) -> str:
+    """What to do about a server that stopped answering: the stopped one by its pid."""
+    if server is not None and stopped(server):
+        return (
+            f"the server (pid {server}) is stopped (SIGSTOP or Ctrl-Z): continue it "
+            f"(kill -CONT {server}, or fg), then bench again"
+        )
+    if timed_out:
+        return "is the server hung, or stopped? Restart or continue it, then bench again"
+    return "is the server still running? Restart it, then bench again"
+
+
+def stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP, Ctrl-Z, a debugger's stop): its state in
+    /proc/PID/stat; False where it cannot be read."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2 :][:1] in ("T", "t")  # the name may hold ")"
+
+
 async def _level(
     url: str,
     body: bytes,
@@ -237,8 +284,8 @@ async def _level(
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
     issued = 0
-    refused: set[int] = set()  # the clients whose last request no server accepted
-    answered = 0.0  # when a request last ended other than refused
+    unanswered: dict[int, str] = {}  # the clients whose last request got no answer: how
+    answered = 0.0  # when a request last ended with an answer
 
     async def send(client: httpx.AsyncClient) -> tuple[str, bool]:
         try:
@@ -249,23 +296,22 @@ async def _level(
 
     async def worker(number: int, client: httpx.AsyncClient, deadline: float) -> None:
         nonlocal issued, answered
-        while (
-            time.perf_counter() < deadline
-            and (budget is None or issued < budget)
-            and len(refused) < concurrency
-        ):
+        while time.perf_counter() < deadline and (budget is None or issued < budget):
             issued += 1
             start = time.perf_counter()
             status, ok = await send(client)
             end = time.perf_counter()
             statuses[status] += 1
-            # Refused: nothing listens on the port any more (on loopback a busy server's full
-            # backlog times out instead). Once every client's last request was, the server
-            # is gone, and the rest of the level would count only refusals.
-            if status == REFUSED:
-                refused.add(number)
+            # Refused: nothing listens on the port any more. Timed out: something took the
+            # connection and said nothing (a stopped or hung server; on loopback a busy
+            # server's full backlog too). Once every client's last request got no answer,
+            # the rest of the level would count only those, each after TIMEOUT_S.
+            if status == REFUSED or status in TIMED_OUT:
+                unanswered[number] = status
+                if len(unanswered) == concurrency:
+                    raise _Unanswered
             else:
-                refused.discard(number)
+                unanswered.pop(number, None)
                 answered = end
             if ok:
                 latencies.append(end - start)
@@ -283,16 +329,19 @@ async def _level(
         for window in windows.values():
             window.start()
         start = answered = time.perf_counter()
-        await asyncio.gather(*(worker(i, c, start + duration_s) for i, c in enumerate(clients)))
+        try:  # the group cancels the other clients' requests, still waiting, as one raises
+            async with asyncio.TaskGroup() as group:
+                for number, client in enumerate(clients):
+                    group.create_task(worker(number, client, start + duration_s))
+        except* _Unanswered:
+            ended = sum(statuses.values())  # the requests cancelled in flight not among them
+            raise ServerGone(
+                f"{url} stopped answering at concurrency {concurrency} after "
+                f"{answered - start:.1f} s: {_no_answer(statuses, ended)}",
+                _gone_hint(server, timed_out=set(unanswered.values()) != {REFUSED}),
+            ) from None
         wall = time.perf_counter() - start
         waited = {name: span for name, w in windows.items() if (span := w.stop())}
-    if len(refused) == concurrency:
-        raise ServerGone(
-            f"{url} stopped answering at concurrency {concurrency} after "
-            f"{answered - start:.1f} s: connection refused ({statuses[REFUSED]} of "
-            f"{issued} requests)",
-            "is the server still running? Restart it, then bench again",
-        )
     if not issued:  # the deadline passed while the event loop still settled the clients
         raise UserError(
             f"concurrency {concurrency}: no request was sent in --duration {duration_s:g} s "
@@ -306,7 +355,10 @@ async def _level(
         else (None, None, None)
     )
     process, worst = max(waited.items(), key=lambda item: item[1].cpu_wait_share)
-    if process == "server":  # getrusage counts this process's switches, not the server's
+    # getrusage counts this process's switches, not the server's; and neither process counts
+    # its continuations here: its stops are unmeasured, not 0.
+    worst = dataclasses.replace(worst, stops=None)
+    if process == "server":
         worst = dataclasses.replace(worst, involuntary_switches=None)
     return LevelResult(
         concurrency=concurrency,

@@ -1,0 +1,175 @@
+"""Break-it round 31 (P4), serve: the load generator and the listening address.
+
+C5: `serve bench` of a server that stopped answering without refusing (SIGSTOP, a hang) was a
+normal level, exit 0: each client waited 30 s for its request, the level overran --duration,
+the timed-out requests were in no percentile, and `contention.stops` said 0 for a server whose
+continuations nothing counted.
+
+Real HTTP on 127.0.0.1: the server is a stdlib one in a child process, so that it can be
+stopped (it stops itself after answering a given number of requests: no timer to race).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from dlperf.deploy import loadgen
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+PREDICTION = {"model_name": "m", "predictions": []}
+EVENT_S = 120.0
+
+# A single-threaded HTTP/1.0 server answering dlperf's prediction to every POST; after the
+# STOP_AFTER-th answer (0: never) it stops itself with SIGSTOP, as `kill -STOP` would: its
+# listening socket stays open, so new connections wait in the backlog and none is refused.
+SERVER = r"""
+import http.server, json, os, signal, sys
+
+STOP_AFTER = int(sys.argv[1])
+BODY = json.dumps({"model_name": "m", "predictions": []}).encode()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    answered = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+        type(self).answered += 1
+        if type(self).answered == STOP_AFTER:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def log_message(self, format, *args):
+        pass
+
+
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def child_server(stop_after: int) -> Iterator[tuple[str, int]]:
+    """The URL and pid of a SERVER in a child process; continued and killed after the test."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(stop_after)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        yield f"http://127.0.0.1:{port}", child.pid
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait(timeout=EVENT_S)
+
+
+@pytest.fixture
+def stopping_server() -> Iterator[tuple[str, int]]:
+    # The probe, two warm-ups and three timed requests are answered; then it stops.
+    yield from child_server(stop_after=6)
+
+
+@pytest.fixture
+def another_process() -> Iterator[tuple[str, int]]:
+    yield from child_server(stop_after=0)
+
+
+def test_bench_of_a_server_that_stops_answering_ends_the_level_and_exits_1(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, stopping_server: tuple[str, int]
+) -> None:
+    """It waited TIMEOUT_S (30 s) per request, ran on to the end of --duration, and printed a
+    normal table, exit 0."""
+    url, pid = stopping_server
+    monkeypatch.setattr(loadgen, "TIMEOUT_S", 1.0)  # a stopped server never answers anyway
+    began = time.perf_counter()
+    r = cli("serve", "bench", url, "--concurrency", "2", "--duration", "120")
+    assert r.code == 1, (r.out, r.err)
+    assert time.perf_counter() - began < 60  # the level ended as the clients timed out
+    assert r.out == ""  # no table of a level the server stopped in
+    said = re.fullmatch(
+        rf"error: {url}/predict stopped answering at concurrency 2 after \d+\.\d s: no answer "
+        r"in 1 s \((\d+) of (\d+) requests timed out\) \(the server \(pid "
+        rf"{pid}\) is stopped \(SIGSTOP or Ctrl-Z\): continue it \(kill -CONT {pid}, or fg\), "
+        r"then bench again\)",
+        r.err.splitlines()[-1],
+    )
+    assert said is not None, r.err
+    timed_out, ended = map(int, said.groups())
+    assert timed_out >= 2 and ended >= timed_out + 3  # the three it answered before it stopped
+
+
+def test_bench_of_a_server_in_another_process_leaves_its_stops_unmeasured(
+    cli: Cli, another_process: tuple[str, int]
+) -> None:
+    """`contention.stops` was 0, as if measured: neither the server's continuations nor the
+    load generator's are counted by serve bench."""
+    url, _ = another_process
+    r = cli("serve", "bench", url, "--concurrency", "1", "--max-requests", "3", "--json")
+    assert r.code == 0, r.err
+    (level,) = json.loads(r.out)["levels"]
+    assert level["ok"] == 3
+    assert level["contention"]["stops"] is None and level["contention"]["stopped_s"] is None
+
+
+def per_client(monkeypatch: pytest.MonkeyPatch, *raised: type[httpx.HTTPError] | None) -> None:
+    """The load generator's n-th client answered by a handler in this process: it raises
+    `raised[n]`, or answers a prediction where that is None. Each request yields to the event
+    loop, as one over the network does, so that the clients take turns."""
+    made = itertools.count()
+
+    def client() -> httpx.AsyncClient:
+        error = raised[next(made) % len(raised)]
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            await asyncio.sleep(0)
+            if error is not None:
+                raise error("no", request=request)
+            return httpx.Response(200, json=PREDICTION)
+
+        return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+    monkeypatch.setattr(loadgen, "_client", client)
+
+
+def test_a_level_goes_on_while_some_client_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only every client's last request unanswered ends a level: one client's timeouts are
+    errors of a level the server still answers."""
+    per_client(monkeypatch, httpx.ReadTimeout, None)
+    result = asyncio.run(loadgen._level("http://x/predict", b"img", 2, 600.0, 20))
+    assert result.requests == 20 and result.statuses == {"ReadTimeout": 10, "200": 10}
+    assert (result.ok, result.errors) == (10, 10)
+
+
+def test_refusals_and_timeouts_are_named_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    per_client(monkeypatch, httpx.ConnectError, httpx.ReadTimeout)
+    with pytest.raises(loadgen.ServerGone) as gone:
+        asyncio.run(loadgen._level("http://x/predict", b"img", 2, 600.0, None))
+    said = re.fullmatch(
+        r"http://x/predict stopped answering at concurrency 2 after \d+\.\d s: connection "
+        r"refused \((\d+) of (\d+) requests\); no answer in 30 s \((\d+) of (\d+) requests "
+        r"timed out\)",
+        gone.value.message,
+    )
+    assert said is not None, gone.value.message
+    refused, ended, timed_out, ended_too = map(int, said.groups())
+    assert refused >= 1 and timed_out == 1 and refused + timed_out == ended == ended_too
+    assert gone.value.hint == (
+        "is the server hung, or stopped? Restart or continue it, then bench again"
+    )
