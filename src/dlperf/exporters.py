@@ -267,14 +267,27 @@ def steps_per_epoch(
     return images // exp.train.batch_size or None
 
 
-def _times(store: RunStore, run_id: int) -> tuple[float, float | None]:
-    """Start and end of a run in seconds since the epoch (the store keeps naive UTC)."""
+def _times(store: RunStore, run_id: int) -> tuple[float, float | None] | None:
+    """Start and end of a run in seconds since the epoch (the store keeps naive UTC); None for
+    a run deleted since it was listed."""
     with Session(store.engine) as s:
-        started, ended = s.execute(select(Run.started, Run.ended).where(Run.id == run_id)).one()
+        found = s.execute(select(Run.started, Run.ended).where(Run.id == run_id)).one_or_none()
+    if found is None:
+        return None
+    started, ended = found
     return (
         started.replace(tzinfo=UTC).timestamp(),
         ended.replace(tzinfo=UTC).timestamp() if ended else None,
     )
+
+
+def _still_stored(store: RunStore, run_id: int) -> bool:
+    """Whether the run is stored, asked once all of it that an export writes is read: a run
+    deleted meanwhile (another process's `runs delete`) read as one without metrics, exported
+    empty over its earlier export. A delete takes a run's rows in one transaction, so a run
+    still there was whole when it was read."""
+    with Session(store.engine) as s:
+        return s.scalar(select(Run.id).where(Run.id == run_id)) is not None
 
 
 def _runs(store: RunStore, run_ids: Sequence[int]) -> list[RunRecord]:
@@ -726,8 +739,9 @@ def export_mlflow(
     """Export runs to the MLflow tracking server or store at `uri`, into `experiment`.
 
     Returns {"to", "uri", "experiment", "experiment_id", "runs": {run id: {"mlflow_run_id",
-    "params", "metrics", "points", "tags", "artifacts"}}, "warnings"}. Every export makes
-    new MLflow runs: exporting a run twice gives two MLflow runs.
+    "params", "metrics", "points", "tags", "artifacts"}}, "warnings", "gone"}: `gone`, the
+    runs deleted (by another process) as they were read, left out. Every export makes new
+    MLflow runs: exporting a run twice gives two MLflow runs.
     """
     _refuse_the_store_itself(store, uri)
     _refuse_a_database_not_mlflows(uri)
@@ -743,9 +757,13 @@ def export_mlflow(
     exported: dict[str, Any] = {}
     # Every run's params, tags and metrics are made and their names checked before the first
     # write: a name MLflow refuses stopped an export part-way, a run left RUNNING.
-    plans = [
-        _plan_mlflow_run(store, entities, run, (param_chars, tag_chars), warnings) for run in runs
-    ]
+    planned = {
+        run.id: _plan_mlflow_run(store, entities, run, (param_chars, tag_chars)) for run in runs
+    }
+    gone = [run_id for run_id, plan in planned.items() if plan is None]
+    plans = [plan for plan in planned.values() if plan is not None]
+    for plan in plans:
+        warnings += plan.warnings
     for plan in plans:
         _check_mlflow_names(plan, len(runs))
         _check_mlflow_times(plan, len(runs))
@@ -800,6 +818,7 @@ def export_mlflow(
         "experiment_id": experiment_id,
         "runs": exported,
         "warnings": warnings,
+        "gone": gone,
     }
 
 
@@ -815,14 +834,22 @@ class _MlflowRun:
     metrics: list[Any]
     series: dict[str, list[tuple[int, float, float]]]
     summary: dict[str, float]
+    artifacts: list[dict[str, Any]]
+    warnings: list[str]
 
 
 def _plan_mlflow_run(
-    store: RunStore, entities: Any, run: RunRecord, limits: tuple[int, int], warnings: list[str]
-) -> _MlflowRun:
+    store: RunStore, entities: Any, run: RunRecord, limits: tuple[int, int]
+) -> _MlflowRun | None:
+    """What the run's export writes, all of it read from the store; None for a run deleted
+    since it was listed (`_still_stored`), which is left out."""
     param_chars, tag_chars = limits
     run_id = run.id
-    started, ended = _times(store, run_id)
+    warnings: list[str] = []
+    times = _times(store, run_id)
+    if times is None:
+        return None
+    started, ended = times
 
     params = []
     for key, value in flatten(run.config).items():
@@ -867,7 +894,12 @@ def _plan_mlflow_run(
     summary_time = round((ended or started) * 1000)
     summary = dict(_numbers(run.summary))
     metrics += [entities.Metric(f"summary/{k}", v, summary_time, 0) for k, v in summary.items()]
-    return _MlflowRun(run, started, ended, params, run_tags, metrics, series, summary)
+    artifacts = store.artifacts(run_id)
+    if not _still_stored(store, run_id):
+        return None
+    return _MlflowRun(
+        run, started, ended, params, run_tags, metrics, series, summary, artifacts, warnings
+    )
 
 
 def _name_fault(kind: str, name: str) -> str | None:
@@ -987,7 +1019,7 @@ def _write_mlflow_parts(
         for start in range(0, len(logged[kind]), size):
             client.log_batch(mlflow_id, **{kind: logged[kind][start : start + size]})
 
-    stored_artifacts = store.artifacts(run_id)
+    stored_artifacts = plan.artifacts
     artifacts: list[tuple[str, Path]] = []
     for artifact in stored_artifacts:
         kind, path = artifact["kind"], Path(artifact["path"])
@@ -1090,7 +1122,9 @@ def _swap_in(staged: Path, directory: Path) -> None:
 def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
     """Write one TensorBoard event directory per run under `out`: a scalar series per metric.
 
-    Returns {"to", "out", "runs": {run id: {"dir", "metrics", "points"}}, "warnings"}.
+    Returns {"to", "out", "runs": {run id: {"dir", "metrics", "points"}}, "warnings", "gone"}:
+    `gone`, the runs deleted (by another process) as they were read, left out, their earlier
+    events kept.
     """
     runs = _runs(store, run_ids)
     writer_class = _summary_writer()
@@ -1119,6 +1153,7 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     exported: dict[str, Any] = {}
     warnings: list[str] = []
     found: dict[int, Unheld] = {}
+    gone: list[int] = []
     # What this export makes: --out and its missing parents, outermost first, and run dirs.
     made = [d for d in (*reversed(out.parents), out) if not d.exists()]
     made += [out / event_dir_name(run) for run in runs if not (out / event_dir_name(run)).exists()]
@@ -1133,6 +1168,9 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
             for run in runs:
                 directory = out / event_dir_name(run)
                 stored = metric_series(store, run.id)
+                if not _still_stored(store, run.id):  # its earlier events are not swapped out
+                    gone.append(run.id)
+                    continue
                 series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
                 values = ((key, value) for key, points in series.items() for _, value, _ in points)
                 found[run.id] = unheld(values, float32_held)
@@ -1154,7 +1192,8 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
                 }
         with stopping.shielded():  # a stop must not leave some runs swapped and some not
             for run in runs:
-                _swap_in(staging / event_dir_name(run), out / event_dir_name(run))
+                if run.id not in gone:
+                    _swap_in(staging / event_dir_name(run), out / event_dir_name(run))
             shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
         # As a failed report leaves no site: no event file of this export is left (a partial
@@ -1166,4 +1205,10 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
                     directory.rmdir()
         raise
     warnings += unheld_warning("TensorBoard (32-bit floats)", found)
-    return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": warnings}
+    return {
+        "to": "tensorboard",
+        "out": str(out),
+        "runs": exported,
+        "warnings": warnings,
+        "gone": gone,
+    }

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import dlperf
+from dlperf import exporters
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -115,3 +116,75 @@ def test_a_key_held_only_with_white_space_at_an_edge_is_said(tmp_path: Path, cli
         "it only by white space (to select by that key, write it as stored: "
         "--where 'train.lr =0.3')",
     )
+
+
+# C10
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _two_runs(db: str) -> list[int]:
+    ids = []
+    for name in ("a", "b"):
+        with dlperf.track(name, store=db) as run:
+            run.log(1, loss=1.0)
+            run.log(2, loss=0.5)
+        ids.append(run.id)
+    return ids
+
+
+def _deleted_as_read(
+    monkeypatch: pytest.MonkeyPatch, db: str, run_id: int, after: bool = False
+) -> None:
+    """Another process's `runs delete` of `run_id`, landing as the export reads its metrics:
+    before the read, or (`after`) once the read is done."""
+    series = exporters.metric_series
+
+    def deleted(store: RunStore, read_id: int) -> Any:
+        if read_id == run_id and not after:
+            RunStore.open(db).delete_runs([run_id])
+        found = series(store, read_id)
+        if read_id == run_id and after:
+            RunStore.open(db).delete_runs([run_id])
+        return found
+
+    monkeypatch.setattr(exporters, "metric_series", deleted)
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_a_run_deleted_during_a_tensorboard_export_keeps_its_events(
+    after: bool, db: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was `│ 2 │ ... │ 0 │ 0`, exit 0, and run 2's event file replaced by an empty one."""
+    pytest.importorskip("tensorboard", reason="the tensorboard extra")
+    ids = _two_runs(db)
+    out = tmp_path / "tb"
+    args = ("runs", "export", *map(str, ids), "--to", "tensorboard", "--out", str(out), "--json")
+    assert cli(*args).code == 0
+    before = _files(out)
+    _deleted_as_read(monkeypatch, db, ids[1], after)
+    again = cli(*args)
+    assert again.code == 0, again.err
+    said = f"note: run {ids[1]} was deleted while runs export read the store; left out\n"
+    assert again.err == said
+    assert list(json.loads(again.out)["runs"]) == [str(ids[0])]
+    after_files = _files(out)
+    second = [name for name in before if name.startswith(f"run-{ids[1]}-")]
+    assert second and all(after_files[name] == before[name] for name in second)
+    assert after_files.keys() - before.keys()  # the first run's events were written again
+
+
+def test_a_run_deleted_during_an_mlflow_export_is_left_out(
+    db: str, cli: Cli, mlflow_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was an MLflow run with no metrics for the deleted run, exit 0."""
+    ids = _two_runs(db)
+    _deleted_as_read(monkeypatch, db, ids[0])
+    result = cli("runs", "export", *map(str, ids), "--to", "mlflow", "--uri", mlflow_uri, "--json")
+    assert result.code == 0, result.err
+    assert (
+        result.err == f"note: run {ids[0]} was deleted while runs export read the store; left out\n"
+    )
+    assert list(json.loads(result.out)["runs"]) == [str(ids[1])]

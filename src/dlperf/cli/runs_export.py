@@ -63,6 +63,7 @@ def runs_export(
     else:
         result = exporters.export_tensorboard(store, run_ids, Path(out))
     console.tell(result["warnings"])
+    console.gone(result.pop("gone", []), "runs export")  # said here, as by report and doctor
     if console.printed_json(as_json, result):
         return
     if to == "mlflow":
