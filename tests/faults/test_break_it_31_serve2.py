@@ -4,6 +4,8 @@ C5: `serve bench` of a server that stopped answering without refusing (SIGSTOP, 
 normal level, exit 0: each client waited 30 s for its request, the level overran --duration,
 the timed-out requests were in no percentile, and `contention.stops` said 0 for a server whose
 continuations nothing counted.
+C7: an empty or blank `serve.host` (`--host ''`, `--set 'serve.host= '`) listened on every
+interface, said as "listening on :" and `http://:PORT`.
 
 Real HTTP on 127.0.0.1: the server is a stdlib one in a child process, so that it can be
 stopped (it stops itself after answering a given number of requests: no timer to race).
@@ -20,10 +22,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from dlperf.config.serve import ServeConfig
 from dlperf.deploy import loadgen
 from tests.conftest import CliResult
 
@@ -173,3 +177,35 @@ def test_refusals_and_timeouts_are_named_together(monkeypatch: pytest.MonkeyPatc
     assert gone.value.hint == (
         "is the server hung, or stopped? Restart or continue it, then bench again"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "where", "got"),
+    [
+        (["--host", ""], "--host", "''"),
+        (["--host", " "], "--host", "' '"),
+        (["--set", "serve.host= "], "config with --set", "''"),  # --set strips a value
+        (["--set", "serve.host=\t"], "config with --set", "''"),
+    ],
+)
+def test_a_blank_host_is_refused_in_one_line(
+    cli: Cli, tmp_path: Path, given: list[str], where: str, got: str
+) -> None:
+    """It listened on every interface (the socket's "" is INADDR_ANY), said as "listening on :"
+    and `http://:PORT`."""
+    r = cli("serve", str(tmp_path / "m.onnx"), *given, "--port", "0")
+    assert r.code == 2, (r.out, r.err)
+    assert r.err == (
+        f"error: {where}: serve.host: give an address, e.g. 127.0.0.1, or 0.0.0.0 for all "
+        f"(got {got})\n"
+    )
+
+
+def test_a_blank_host_in_a_config_file_is_refused(cli: Cli, tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text('[serve]\nhost = ""\n')
+    r = cli("serve", str(tmp_path / "m.onnx"), "--config", str(config))
+    assert r.code == 2, (r.out, r.err)
+    assert r.err.startswith(f"error: {config}: serve.host: give an address"), r.err
+    assert len(r.err.splitlines()) == 1, r.err
+    assert ServeConfig(host="0.0.0.0").host == "0.0.0.0"  # every interface, said as such

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dlperf.config.base import Count, NonNegative, Positive, Section
 from dlperf.config.experiment import Job
@@ -15,6 +15,16 @@ class ServeConfig(Section):
 
     host: str = "127.0.0.1"
     """Address to listen on; other than loopback, other machines reach it unauthenticated."""
+
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, host: str) -> str:
+        # A blank host is no address, yet the socket binds "" to every interface (0.0.0.0),
+        # which the warning and the URL printed then named as nothing ("listening on :").
+        if not host.strip():
+            raise ValueError("give an address, e.g. 127.0.0.1, or 0.0.0.0 for all")
+        return host
+
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     """TCP port; 0 = any free port (printed when the server starts)."""
     max_batch: Count = 32
