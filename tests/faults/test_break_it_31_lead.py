@@ -11,6 +11,8 @@
 - `with dlperf.track(name, store=URL)` left its store's connection open after the block
   until the run object was collected: a loop of tracked runs on a PostgreSQL database with
   a connection limit of 1 failed at the second (P3, noted).
+- A store URL with white space at an edge, given to the API (`Store`, `track(store=)`), was
+  still blamed on SQLAlchemy's parser or the server (P3 C7: refused for --db and DLPERF_DB).
 """
 
 from __future__ import annotations
@@ -119,3 +121,17 @@ def test_a_tracked_block_closes_the_store_it_opened(kind: str, tmp_path: Path) -
         store = dlperf.Store(url)  # the run is stored whole
         assert store.metrics(run.id, "train/loss") == [(1, 1.0)]
         store._store.engine.dispose()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("url", [" postgresql+psycopg://u:p@127.0.0.1:1/db",
+                                 "postgresql+psycopg://u:p@127.0.0.1:1/db\n"])  # fmt: skip
+def test_the_api_names_white_space_at_a_store_urls_edge(url: str) -> None:
+    import dlperf
+
+    with pytest.raises(UserError, match=r"with white space|with a space"):
+        dlperf.Store(url).runs()
+    with (
+        pytest.raises(UserError, match=r"with white space|with a space"),
+        dlperf.track("t", store=url),
+    ):
+        pass

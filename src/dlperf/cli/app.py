@@ -110,9 +110,7 @@ def open_store(create: bool = True, writes: bool | None = None) -> RunStore:  # 
     """The store --db names; `create=False` for commands that only read, `writes` for one that
     writes a store only if it is there (RunStore.open)."""
     from dlperf.store import RunStore
-    from dlperf.store.urls import refuse_edged
 
-    refuse_edged(state.db)  # before SQLAlchemy or the server reads the white space as the URL's
     return RunStore.open(state.db, create, writes=writes)
 
 

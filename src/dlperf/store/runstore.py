@@ -100,6 +100,7 @@ from dlperf.store.urls import (
     absent,
     masked_slashless,
     missing_slashes,
+    refuse_edged,
     refuse_missing_slashes,
     secret_option,
 )
@@ -278,6 +279,7 @@ def _query_checked(url: str, parsed: URL) -> None:
 
 
 def _url(db: str | None) -> str:
+    refuse_edged(db)  # before SQLAlchemy or the server reads the white space as the URL's
     # A path that is not UTF-8 reaches us with lone surrogates (Python's way with such bytes
     # from argv), which no URL, driver or record can encode: a UnicodeEncodeError traceback.
     if db is not None and not db.isascii():
