@@ -13,6 +13,8 @@
   a connection limit of 1 failed at the second (P3, noted).
 - A store URL with white space at an edge, given to the API (`Store`, `track(store=)`), was
   still blamed on SQLAlchemy's parser or the server (P3 C7: refused for --db and DLPERF_DB).
+- `runs delete` of a live `dlperf.track` run said "stop it first, or pass --force", and
+  `--force` then refused (P3 C8); the store's own refusal offered --force where it was given.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from PIL import Image
 from dlperf import procs
 from dlperf.errors import UserError
 from dlperf.store import RunStore, runstore
-from tests.conftest import fresh_store_url
+from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_16_outputs import LIMIT_HINT, _dlperf, _last_line
 from tests.faults.test_break_it_26_delete import _run
 
@@ -135,3 +137,35 @@ def test_the_api_names_white_space_at_a_store_urls_edge(url: str) -> None:
         dlperf.track("t", store=url),
     ):
         pass
+
+
+TRACKING = """
+import sys
+import dlperf
+with dlperf.track("live", store=sys.argv[1]) as run:
+    run.log(1, loss=1.0)
+    run.flush()
+    print(run.id, flush=True)
+    sys.stdin.read()  # until the test closes it
+"""
+
+
+def test_deleting_a_live_tracked_run_offers_no_force_that_refuses(
+    cli: Callable[..., CliResult], db: str
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", TRACKING, db], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None
+        run_id = int(child.stdout.readline())
+        for force in ([], ["--force"]):
+            result = cli("runs", "delete", str(run_id), "--yes", *force)
+            assert result.code == 2, result.err
+            assert "dlperf.track" in result.err and "pass --force" not in result.err
+        store = RunStore.open(db)
+        with pytest.raises(UserError) as refused:
+            store.delete_runs([run_id], force=True)  # the store's own check, given --force
+        assert "pass --force" not in str(refused.value)
+        store.engine.dispose()
+    finally:
+        child.communicate("", timeout=120)

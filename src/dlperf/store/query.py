@@ -739,8 +739,8 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
     if missing:
         raise no_such_run(store.engine, ", ".join(missing), "; nothing deleted")
     running = [r for r in runs if r.status == "running"]
-    if force:
-        _refuse_users_programs(running)
+    # Said with or without --force: the generic line offered --force, which then refused.
+    _refuse_users_programs(running)
     if running and not force:
         where = ", ".join(
             f"{r.id} (pid {p.get('pid')} on {p.get('host')})" if (p := r.process) else str(r.id)
@@ -754,7 +754,7 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
 
 
 def _refuse_users_programs(running: Sequence[RunRecord]) -> None:
-    """Refuse --force for a `running` run that `dlperf.track` records, or `dlperf.run` trains,
+    """Refuse to delete a `running` run that `dlperf.track` records, or `dlperf.run` trains,
     in a live process of this host: that process is the user's own Python program (a
     notebook's kernel), not a dlperf command, so SIGTERM has Python's default action there and
     ends the whole program without marking the run (it then read "pid P marked it lost"). It

@@ -2482,9 +2482,11 @@ class RunStore:
             running = {i: process_alive(json.loads(o)) for i, o, _ in owners if o and o != me}
             live = [i for i, a in running.items() if a is True or (a is None and not force)]
             if live:
+                # --force helps only where the owner is on another host (None), not given yet.
+                unknown = not force and any(running[i] is None for i in live)
                 raise UserError(
                     f"run {', '.join(map(str, live))} is running; nothing deleted",
-                    "stop it first, or pass --force",
+                    "stop it first, or pass --force" if unknown else "stop it first",
                 )
             gone = [i for i in ids if i in found]
             recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(gone))
