@@ -169,3 +169,14 @@ def test_deleting_a_live_tracked_run_offers_no_force_that_refuses(
         store.engine.dispose()
     finally:
         child.communicate("", timeout=120)
+
+
+def test_a_serve_host_with_white_space_at_an_edge_is_named() -> None:
+    """Round 31's blank-host check, one step on: ' 127.0.0.1' failed as it was bound."""
+    from pydantic import ValidationError
+
+    from dlperf.config.serve import ServeConfig
+
+    with pytest.raises(ValidationError, match="white space at an edge"):
+        ServeConfig(host=" 127.0.0.1")
+    assert ServeConfig(host="::1").host == "::1"

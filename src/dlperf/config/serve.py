@@ -23,6 +23,8 @@ class ServeConfig(Section):
         # which the warning and the URL printed then named as nothing ("listening on :").
         if not host.strip():
             raise ValueError("give an address, e.g. 127.0.0.1, or 0.0.0.0 for all")
+        if host != host.strip():  # was "cannot listen on  127.0.0.1: Name or service not known"
+            raise ValueError("white space at an edge: write the address without it")
         return host
 
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
