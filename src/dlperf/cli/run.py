@@ -155,9 +155,8 @@ def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
     """After Ctrl-C or SIGTERM: how to go on with this process's run, when it stopped (not
     finished) after reaching a checkpoint."""
     if _resumable(run, store):
-        console.err.print(
-            f"run {run.id} stopped; continue it from its last checkpoint{_resume(run.id)}",
-            soft_wrap=True,
+        console.err_line(
+            f"run {run.id} stopped; continue it from its last checkpoint{_resume(run.id)}"
         )
 
 
@@ -179,10 +178,9 @@ def _demo_stopped(store: RunStore) -> None:
     with contextlib.suppress(Exception):
         run = _own_run(store, None)
         if _resumable(run, store):
-            console.err.print(
+            console.err_line(
                 f"demo stopped in run {run.id} ({run.name}); continue that run from its last "
-                f"checkpoint{_resume(run.id)}, or {again}",
-                soft_wrap=True,
+                f"checkpoint{_resume(run.id)}, or {again}"
             )
             return
     console.err_line(f"demo stopped; {again}")

@@ -118,11 +118,10 @@ def start(
     served = server_app.state.model
     bound = sock.getsockname()[1]
     where = f"[{opts.host}]" if ":" in opts.host else opts.host
-    console.err.print(
+    console.err_line(
         f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
         f"{served.note}) on "
-        f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
-        soft_wrap=True,
+        f"http://{where}:{bound} - Ctrl-C stops after the queued requests"
     )
     stopped_by = serve_forever(server_app, sock, opts.read_timeout_s, opts.max_connections)
     if stopped_by is not None:
