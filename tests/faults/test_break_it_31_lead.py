@@ -180,3 +180,22 @@ def test_a_serve_host_with_white_space_at_an_edge_is_named() -> None:
     with pytest.raises(ValidationError, match="white space at an edge"):
         ServeConfig(host=" 127.0.0.1")
     assert ServeConfig(host="::1").host == "::1"
+
+
+def test_the_kinds_runs_list_knows_are_the_kinds_dlperf_writes() -> None:
+    """`query.KINDS` (a misspelt `--kind` is refused against it) is kept by hand beside the
+    writers' `new_run`/`create_run` calls: a new kind left out would be refused as unknown."""
+    import ast
+
+    from dlperf.store.query import KINDS
+
+    written = set()
+    for path in (Path(__file__).resolve().parents[2] / "src" / "dlperf").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr not in ("new_run", "create_run"):
+                continue
+            given = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "kind")]
+            written |= {kind.value for kind in given if isinstance(kind, ast.Constant)}
+    assert written == set(KINDS)
