@@ -33,6 +33,46 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
+def link_loop(path: str | os.PathLike[str]) -> str | None:
+    """The links `path` leads through, "a -> b -> a", where following it meets a loop of
+    symbolic links (ELOOP), from the first part of it that loops; None where it does not.
+    os.path.exists is False of a loop as of nothing there, and a loop read as a link to
+    nothing sent the user to restore a file that is there."""
+    whole = Path(path)
+    if not _loops(whole):
+        return None
+    start = next(p for p in (*reversed(whole.parents), whole) if _loops(p))
+    chain, at = [str(start)], start
+    seen: set[str] = set()
+    while os.path.islink(at) and len(chain) <= 40:  # Linux follows 40 links at most
+        seen.add(os.path.abspath(at))
+        target = os.readlink(at)
+        chain.append(target)
+        at = Path(os.path.dirname(os.path.abspath(at))) / target
+        if os.path.abspath(at) in seen:
+            return " -> ".join(chain)
+    return " -> ".join(chain[:40]) + " -> ..."  # a chain too long, or a loop further on
+
+
+def _loops(path: Path) -> bool:
+    """Whether following `path` meets a loop of links."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    except ValueError:  # a NUL in the name
+        return False
+    return False
+
+
+def link_to_nothing(path: str | os.PathLike[str]) -> str | None:
+    """The target of `path` where it is a link to nothing there (a set on a drive not
+    mounted), not a loop (see `link_loop`); None otherwise."""
+    if os.path.islink(path) and not os.path.exists(path) and not _loops(Path(path)):
+        return os.readlink(path)
+    return None
+
+
 def file_digest(path: str | os.PathLike[str]) -> str | None:
     """The sha256 of the file at `path`, read in chunks (weights files are 100s of MB); None
     where no regular file is there to read. Stat'ed first: a FIFO would block the read for

@@ -18,7 +18,6 @@ run's seed):
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import gzip
 import importlib.util
@@ -44,7 +43,7 @@ from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
 from dlperf.parsing import file_name_text, name_text, one_line
-from dlperf.paths import not_regular, unnamed_cwd
+from dlperf.paths import link_loop, link_to_nothing, not_regular, unnamed_cwd
 from dlperf.system import machine_memory
 
 
@@ -633,13 +632,12 @@ def _root_folder(cfg: DataConfig) -> Path:
     folder inside a file, named neither what it is nor the set that reads it. A link to
     nothing there (a set on a drive not mounted) is said to be one, naming its target; a loop
     of links (whose target is there, as a link) is said to be a loop."""
-    if (chain := _link_loop(cfg.root)) is not None:
+    if (chain := link_loop(cfg.root)) is not None:
         raise UserError(
             f"data.root {cfg.root} is a loop of symbolic links ({chain})",
             f"point one of the links at the folder that holds the {cfg.name} files",
         )
-    if os.path.islink(cfg.root) and not os.path.exists(cfg.root):
-        target = os.readlink(cfg.root)
+    if (target := link_to_nothing(cfg.root)) is not None:
         raise UserError(
             f"data.root {cfg.root} is a link to {target}, which is not there",
             f"mount or restore {target}, or set data.root to the folder that holds the "
@@ -655,38 +653,6 @@ def _root_folder(cfg: DataConfig) -> Path:
             else f"set data.root to the folder that holds the {cfg.name} files",
         )
     return Path(cfg.root)
-
-
-def _link_loop(path: str | os.PathLike[str]) -> str | None:
-    """The links `path` leads through, "a -> b -> a", where following it meets a loop of
-    symbolic links (ELOOP), from the first part of it that loops; None where it does not.
-    os.path.exists is False of a loop as of nothing there, and a loop read as a link to
-    nothing sent the user to restore a file that is there."""
-    whole = Path(path)
-    if not _loops(whole):
-        return None
-    start = next(p for p in (*reversed(whole.parents), whole) if _loops(p))
-    chain, at = [str(start)], start
-    seen: set[str] = set()
-    while os.path.islink(at) and len(chain) <= 40:  # Linux follows 40 links at most
-        seen.add(os.path.abspath(at))
-        target = os.readlink(at)
-        chain.append(target)
-        at = Path(os.path.dirname(os.path.abspath(at))) / target
-        if os.path.abspath(at) in seen:
-            return " -> ".join(chain)
-    return " -> ".join(chain[:40]) + " -> ..."  # a chain too long, or a loop further on
-
-
-def _loops(path: Path) -> bool:
-    """Whether following `path` meets a loop of links."""
-    try:
-        os.stat(path)
-    except OSError as e:
-        return e.errno == errno.ELOOP
-    except ValueError:  # a NUL in the name
-        return False
-    return False
 
 
 def _not_found(path: str | Path, root: str | Path, said: str, fix: str) -> UserError:
@@ -2384,7 +2350,7 @@ def read_npz(
     kind = not_regular(path)  # stat'ed, never opened: a FIFO would block np.load for ever
     if kind is not None and kind != "a directory":
         raise UserError(f"{path} is not a regular file ({kind})", "set data.root to an .npz file")
-    if (chain := _link_loop(path)) is not None:
+    if (chain := link_loop(path)) is not None:
         raise UserError(
             f"{path} is a loop of symbolic links ({chain})",
             "point one of the links at the .npz file",

@@ -39,11 +39,12 @@ from dlperf import image_modes
 from dlperf.errors import UserError, not_utf8
 from dlperf.formatting import few
 from dlperf.parsing import name_text, plain_number
-from dlperf.paths import not_regular, replaced, writing
+from dlperf.paths import link_loop, link_to_nothing, not_regular, replaced, writing
 
 BACKGROUND = "__background__"
 AP_METHODS = ("area", "11point")
 SHAPES = ("square", "disc")
+LAYOUT = ("Annotations", "ImageSets/Main")  # the folders a VOC root holds
 
 
 @dataclass
@@ -64,13 +65,34 @@ class VocAnnotation:
 
 def find_root(path: Path) -> Path:
     """ROOT itself, or ROOT/VOC2007 when given a VOCdevkit directory."""
-    for candidate in (path, path / "VOC2007"):
-        if (candidate / "Annotations").is_dir() and (candidate / "ImageSets" / "Main").is_dir():
+    candidates = (path, path / "VOC2007")
+    for candidate in candidates:
+        if all((candidate / folder).is_dir() for folder in LAYOUT):
             return candidate
+    _refuse_broken_links(path, [c / sub for c in candidates for sub in LAYOUT])
     raise UserError(
         f"{path} is not a VOC data set (no Annotations/ and ImageSets/Main/)",
         "give VOCdevkit/VOC2007 or a directory made by `dlperf detect make-shapes`",
     )
+
+
+def _refuse_broken_links(path: Path, folders: list[Path]) -> None:
+    """`path`, or a folder of the layout under it (`folders`), that is a loop of symbolic
+    links, or `path` a link to nothing: is_dir is False of both as of no folder there, and
+    "not a VOC data set" sent the user to look for the folder a link, pointed right, leads
+    to."""
+    for folder in (path, *folders):
+        if (chain := link_loop(folder)) is not None:
+            raise UserError(
+                f"{folder} is a loop of symbolic links ({chain})",
+                "point one of the links at the VOC data set: VOCdevkit/VOC2007, or a directory "
+                "made by `dlperf detect make-shapes`",
+            )
+    if (target := link_to_nothing(path)) is not None:
+        raise UserError(
+            f"{path} is a link to {target}, which is not there",
+            f"mount or restore {target}, or give the VOC data set's folder",
+        )
 
 
 def read_split(root: Path, split: str) -> list[str]:

@@ -1,0 +1,60 @@
+"""Break-it round 31, the user's own data, after review (fixer G2).
+
+R1 F6. A VOC root given to `detect finetune` / `eval` that is a loop of symbolic links, or a
+    link to nothing, was "not a VOC data set (no Annotations/ and ImageSets/Main/)": a loop is
+    now said to be one, naming the links, as data.root's is, and a link to nothing names its
+    target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult
+from tests.faults.test_break_it_21_detect import shapes
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+
+
+# --- F6: a VOC root that is a loop of links, or a link to nothing -----------------------------
+
+
+def voc_args(command: str, root: str) -> tuple[str, ...]:
+    if command == "finetune":
+        return ("detect", "finetune", root, "--epochs", "1", "--threads", "1")
+    return ("detect", "eval", root, "--pretrained", "--threads", "1")
+
+
+@pytest.mark.parametrize("command", ["finetune", "eval"])
+def test_a_voc_root_that_is_a_loop_of_links_is_said_to_be_one(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """Before: "loops/la is not a VOC data set (no Annotations/ and ImageSets/Main/)", of a
+    link that is there, and a VOC set once pointed right."""
+    folder = tmp_path / "loops"
+    folder.mkdir()
+    (folder / "lb").symlink_to("la")
+    (folder / "la").symlink_to("lb")
+    (folder / "dang").symlink_to("nothing")
+    monkeypatch.chdir(tmp_path)
+    r = cli(*voc_args(command, "loops/la"))
+    one_line(r, 2, "loops/la is a loop of symbolic links (loops/la -> lb -> la)",
+             "point one of the links at the VOC data set")  # fmt: skip
+    assert "not a VOC data set" not in r.err
+    r = cli(*voc_args(command, "loops/dang"))
+    one_line(r, 2, "loops/dang is a link to nothing, which is not there",
+             "mount or restore nothing, or give the VOC data set's folder")  # fmt: skip
+
+
+def test_a_voc_folder_that_is_a_loop_of_links_is_said_to_be_one(cli: Cli, tmp_path: Path) -> None:
+    """Annotations/ a loop, in a root that is there: the same cause one folder down."""
+    root = shapes(tmp_path)
+    notes = root / "Annotations"
+    notes.rename(root / "kept")
+    notes.symlink_to("Annotations")
+    r = cli(*voc_args("eval", str(root)))
+    one_line(r, 2, f"{notes} is a loop of symbolic links ({notes} -> Annotations)")
