@@ -51,6 +51,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from PIL import Image
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
@@ -168,9 +169,7 @@ def create_app(
     @app.exception_handler(MemoryError)
     async def no_memory(request: Request, exc: MemoryError) -> JSONResponse:
         # Here, not in `failure`: Starlette logs a traceback for what reaches that one.
-        declared = request.headers.get("content-length", "")
-        size = f" of {int(declared):,} bytes" if declared.isdigit() else ""
-        said = f"the server ran out of memory on a request{size}"
+        said = f"the server ran out of memory on a request{_of_size(request.headers)}"
         return await starved(request, out_of_memory(said, "send less per request"))
 
     @app.exception_handler(ClientDisconnect)
@@ -411,6 +410,13 @@ class _EarlyClosing(h11.Connection):
         return data
 
 
+def _of_size(headers: Headers) -> str:
+    """ " of N bytes", a request's size as its Content-Length declares it, for the lines of a
+    request the server had no memory for; "" where it declares none (chunked)."""
+    declared = headers.get("content-length", "")
+    return f" of {int(declared):,} bytes" if declared.isdigit() else ""
+
+
 class _GuardedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a read deadline and a connection cap (see the module
     docstring). The deadline runs while a request is arriving: from the connection's opening,
@@ -464,10 +470,9 @@ class _GuardedH11(H11Protocol):
         request it has no memory for, and the rest of it read and dropped until the client
         closes or the read deadline runs out (`_linger`). asyncio closed the connection
         with a traceback, and the reset under a client still sending lost it the answer."""
-        cycle, declared = self.cycle, b""
+        cycle, size = self.cycle, ""
         if cycle is not None and not cycle.response_complete:  # not the last request's
-            declared = dict(cycle.scope["headers"]).get(b"content-length", b"")
-        size = f" of {int(declared):,} bytes" if declared.isdigit() else ""
+            size = _of_size(Headers(raw=list(cycle.scope["headers"])))
         said = f"the server ran out of memory receiving a request{size}"
         error = out_of_memory(said, "send less per request")
         _log.warning("%s", error)
