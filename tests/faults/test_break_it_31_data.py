@@ -108,7 +108,10 @@ def test_samples_of_a_class_the_split_lacks_are_said_or_refused(cli: Cli, tmp_pa
     r = cli("data", "samples", "npz", *root, "--split", "val", "--per-class", "3",
             "--out", str(out), "--json")  # fmt: skip
     assert r.code == 0, r.err
-    said = "1 class asked has fewer than 3 val images: dog has 0 (1 in test); try --split test"
+    said = (
+        "1 class has fewer than 3 val images: dog has 0 (1 in test); no split holds 3 of each "
+        "class: test holds at least 1 of each"
+    )
     assert f"warning: {said}" in r.err.splitlines(), r.err
     doc = json.loads(r.out)
     assert [f["class"] for f in doc["files"]] == ["cat"] * 3 and doc["warnings"] == [said]

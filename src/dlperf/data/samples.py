@@ -82,9 +82,9 @@ def write_samples(
         label: torch.nonzero(part.labels == label).flatten()[:per_class].tolist()
         for label in pick_classes(data.name, names, classes)
     }
-    short = _short(data, split, names, picked, per_class)
+    short = _short(data, split, names, picked, per_class, asked=classes is not None)
     if short is not None and not any(picked.values()):  # before the directory is made
-        raise UserError(f"no {split} image of the {short.asked}: {short.items}", short.fix)
+        raise UserError(f"no {split} image of the {short.classes}: {short.items}", short.fix)
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for label, indices in picked.items():
@@ -115,42 +115,56 @@ def write_samples(
 
 @dataclass
 class _Short:
-    """Classes asked for that the split holds fewer than --per-class images of."""
+    """Classes picked that the split holds fewer than --per-class images of."""
 
-    asked: str  # "1 class asked", "3 classes asked"
+    classes: str  # "1 class asked" (of --classes), "10 classes"
     items: str  # "dog has 0 (1 in test), ..."
     fix: str
     warning: str
 
 
 def _short(
-    data: ImageData, split: str, names: list[str], picked: dict[int, list[int]], per_class: int
+    data: ImageData,
+    split: str,
+    names: list[str],
+    picked: dict[int, list[int]],
+    per_class: int,
+    asked: bool,
 ) -> _Short | None:
-    """The classes of `picked` given fewer than `per_class` images of `split`, with how many
-    of each the other splits hold: a class whose images all went to another split gave none,
-    and the command said nothing of it. None when every class got all it asked."""
+    """The classes of `picked` (`asked`: named by --classes) given fewer than `per_class`
+    images of `split`, with how many of each the other splits hold: a class whose images all
+    went to another split gave none, and the command said nothing of it. Another split is
+    offered only where it holds `per_class` of every class picked, else the most of each a
+    split holds is said: "try --split train" of a set too small for --per-class 500 gave
+    fewer again. None when every class got all it asked."""
     short = [label for label, indices in picked.items() if len(indices) < per_class]
     if not short:
         return None
     others = [s for s in SPLITS if s != split]
     held = {
-        label: {s: int((getattr(data, s).labels == label).sum()) for s in others} for label in short
+        s: {label: int((getattr(data, s).labels == label).sum()) for label in picked}
+        for s in SPLITS
     }
 
     def item(label: int) -> str:
-        where = ", ".join(f"{n} in {s}" for s, n in held[label].items() if n)
+        where = ", ".join(f"{held[s][label]} in {s}" for s in others if held[s][label])
         where = where or f"none in {' or '.join(others)}"
         return f"{name_text(names[label])} has {len(picked[label])} ({where})"
 
-    most = max(others, key=lambda s: sum(h[s] for h in held.values()))
-    fix = (
-        f"try --split {most}"
-        if any(h[most] for h in held.values())
-        else "ask for classes the set holds images of"
-    )
+    enough = [s for s in others if min(held[s].values()) >= per_class]
+    if enough:
+        fix = f"try --split {max(enough, key=lambda s: sum(held[s][label] for label in short))}"
+    elif any(not any(held[s][label] for s in SPLITS) for label in short):
+        fix = "ask for classes the set holds images of"
+    else:
+        best = max([split, *others], key=lambda s: min(held[s].values()))  # ties: this split
+        least = min(held[best].values())
+        fix = f"no split holds {per_class} of each class" + (
+            f": {best} holds at least {least} of each" if least else ""
+        )
     n = len(short)
-    asked = f"{n} class{'es' if n > 1 else ''} asked"
+    classes = f"{n} class{'es' if n > 1 else ''}{' asked' if asked else ''}"
     items = few([item(label) for label in short])
     what = f"no {split} image" if per_class == 1 else f"fewer than {per_class} {split} images"
-    warning = f"{asked} {'have' if n > 1 else 'has'} {what}: {items}; {fix}"
-    return _Short(asked, items, fix, warning)
+    warning = f"{classes} {'have' if n > 1 else 'has'} {what}: {items}; {fix}"
+    return _Short(classes, items, fix, warning)
