@@ -121,18 +121,7 @@ def test_a_model_files_backend_settings_are_put_back_with_a_line(
     assert "put back" in said and "mkldnn.enabled=False (was True)" in said, said
 
 
-def test_torchs_own_wrapping_of_its_functions_is_not_told(tmp_path: Path) -> None:
-    """torch._dynamo, imported by a model file (torch.compile), wraps torch.manual_seed: that
-    is torch's, not the model's, and stays, unsaid."""
-    seed = torch.manual_seed
-    code = "import torch\ntorch.manual_seed = torch._disable_dynamo(torch.manual_seed)"
-    try:
-        with noting() as notes:
-            create_model(_file(tmp_path, code, "import"), num_classes=10, in_channels=1)
-        wrapped = torch.manual_seed is not seed
-    finally:
-        torch.manual_seed = seed
-    assert notes == [] and wrapped
+# torch's own run-time wraps (kept) and a file's own wrap (put back): test_break_it_31_models3.py
 
 
 def test_a_point_built_after_a_patching_one_gets_torchs_own(tmp_path: Path) -> None:

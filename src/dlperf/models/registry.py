@@ -760,17 +760,38 @@ _PATCHABLE: tuple[tuple[str, Any], ...] = (
     ("torch.nn.Module", nn.Module),
 )
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Set on nn.Module by torch._dynamo once it has wrapped Module's __init__ and __setstate__
+_TAGGED = "___needs_generation_tag_patch"
 
 
-def _torchs_own(new: Any) -> bool:
-    """Whether `new` is a function torch made at run time to replace one of its own: torch's
-    change, not the model's, kept (importing torch._dynamo wraps torch.manual_seed, a first
-    torch.compile nn.Module.__init__). A function of torch's defined at its module's top
-    (`F.relu = F.leaky_relu`) is the model's choice."""
+def _wraps(new: Any, old: Any) -> bool:
+    """Whether the function `new` calls `old` in its place: `old` is its `__wrapped__`
+    (functools.wraps) or a variable it closes over."""
+    if getattr(new, "__wrapped__", None) is old:
+        return True
+    for cell in getattr(new, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # a cell not filled yet
+            if cell.cell_contents is old:
+                return True
+    return False
+
+
+def _torchs_own(space: str, attr: str, old: Any, new: Any, held: dict[str, dict[str, Any]]) -> bool:
+    """Whether `new` in place of `old` is one of torch's own run-time wraps, made once by
+    torch's code in the block: importing torch._dynamo wraps torch.manual_seed, a first
+    compiled frame nn.Module.__init__ and __setstate__. Kept, unsaid. Anything else is the
+    model file's, though torch's code made it: a function of torch's it chose (F.relu =
+    F.leaky_relu), its own through a torch helper (torch.no_grad()(my_relu),
+    torch.compile(F.leaky_relu)), torch's wrap written by its own line."""
     code = getattr(new, "__code__", None)
-    if code is None:  # a builtin: torch's own functions of C
+    if code is None or not code.co_filename.startswith(_TORCH_DIR) or not _wraps(new, old):
         return False
-    return "<locals>" in code.co_qualname and code.co_filename.startswith(_TORCH_DIR)
+    if (space, attr) == ("torch", "manual_seed"):
+        dynamo = "_dynamo" not in held["torch"] and "_dynamo" in vars(torch)
+        return dynamo and old is torch.random.manual_seed  # torch._dynamo's own test
+    if space == "torch.nn.Module" and attr in ("__init__", "__setstate__"):
+        return _TAGGED not in held[space] and _TAGGED in vars(nn.Module)
+    return False
 
 
 def _shadows(space: Any, name: str) -> bool:
@@ -798,7 +819,7 @@ def _functions_put_back(held: dict[str, dict[str, Any]], path: Path, when: str) 
             replaced.append(f"{name}.{attr}")
         for attr, value in was.items():
             new = now.get(attr, _UNREAD)
-            if new is not value and not _torchs_own(new):
+            if new is not value and not _torchs_own(name, attr, value, new, held):
                 setattr(space, attr, value)
                 replaced.append(f"{name}.{attr}")
     if not replaced:
