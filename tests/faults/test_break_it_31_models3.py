@@ -111,3 +111,25 @@ def test_torchs_own_first_compile_wrap_of_module_init_is_kept_unsaid(tmp_path: P
         create_model(_file(tmp_path, code), num_classes=10, in_channels=1)
     assert notes == []
     assert nn.Module.__init__ is not own and tag in vars(nn.Module)
+
+
+# --- F2: a method of one of torch.nn's layer classes -----------------------------------------
+
+
+@pytest.mark.usefixtures("torch_as_it_was")
+def test_a_layer_class_method_a_model_file_replaced_is_put_back(tmp_path: Path) -> None:
+    """Before: every later model's ReLU doubled and its Linear ran the file's forward."""
+    own = (nn.ReLU.forward, nn.Linear.forward)
+    code = (
+        "nn.ReLU.forward = lambda self, x: x * 2\n"
+        "nn.Linear.forward = lambda self, x: F.linear(x, self.weight * 0, self.bias)\n"
+        "nn.Conv2d.__call__ = lambda self, x: x  # hides nn.Module's"
+    )
+    with noting() as notes:
+        create_model(_file(tmp_path, code), num_classes=10, in_channels=1)
+    assert (nn.ReLU.forward, nn.Linear.forward) == own
+    assert "__call__" not in vars(nn.Conv2d)
+    assert nn.ReLU()(torch.tensor([-1.0, 2.0])).tolist() == [0.0, 2.0]
+    assert len(notes) == 1, notes
+    for name in ("torch.nn.ReLU.forward", "torch.nn.Linear.forward", "torch.nn.Conv2d.__call__"):
+        assert name in notes[0], notes
