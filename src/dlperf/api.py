@@ -32,13 +32,13 @@ from dlperf.errors import StoreGone, UserError, model_exited
 from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
-    PRINTABLE_HINT,
     TOO_DEEP,
     flat_clash,
     has_control,
     key_fault,
-    key_path_fault,
-    unprintable_key,
+    printable_key,
+    printable_keys,
+    subscripted,
 )
 from dlperf.progress import NullReporter
 
@@ -175,15 +175,6 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
     return UserError(f"config{at} is not JSON-serialisable ({type(value).__name__})", _VALUES)
 
 
-def _printable_keys(config: dict[str, Any], name: str) -> None:
-    """Refuse a config (`name`: what the user calls it) one of whose keys, at any depth,
-    holds a control or format character (a tab, U+200B): stored, it was shown escaped, and
-    `runs list --where` and `runs compare` could not name it."""
-    fault = key_path_fault(config, lambda path: f"key {name}" + "".join(f"[{k!r}]" for k in path))
-    if fault is not None:
-        raise UserError(fault, PRINTABLE_HINT)
-
-
 def _clash(config: dict[str, Any], name: str) -> None:
     """Refuse a config (`name`: what the user calls it) two of whose keys are one dotted key:
     `{"a.b": 1, "a": {"b": 2}}` was stored as given, but the MLflow export, `runs list
@@ -257,9 +248,7 @@ def _key_name(key: Any, what: str = "metric key") -> str:
         )
     _fits(column, name, f"{what} {_shown(key)}", hint)
     # after the store's own limits (a NUL is named as one), as the store's log checks it
-    fault = unprintable_key(key, f"{what} {_shown(key)}")
-    if fault is not None:
-        raise UserError(fault, PRINTABLE_HINT)
+    printable_key(key, f"{what} {_shown(key)}")
     return name
 
 
@@ -579,7 +568,8 @@ def run(
         for assignment in overrides:
             apply_override(raw, assignment)
         exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
-        _printable_keys(exp.to_dict(), "experiment")  # a file's experiment: refused as it loads
+        # a file's experiment: refused as it loads
+        printable_keys(exp.to_dict(), subscripted("experiment"))
         _clash(exp.to_dict(), "experiment")
     else:
         exp = load_experiment(experiment, list(overrides))
@@ -765,7 +755,7 @@ def track(
     fault = _json_fault(config)
     if fault is not None:
         raise fault
-    _printable_keys(config, "config")
+    printable_keys(config, subscripted("config"))
     _clash(config, "config")
     dev = _device(device)
     where = _open_store(store)

@@ -167,20 +167,33 @@ def unprintable_key(key: str, what: str) -> str | None:
     )
 
 
-def key_path_fault(tree: dict[str, Any], spell: Callable[[tuple[str, ...]], str]) -> str | None:
-    """`unprintable_key`'s fault of the first key of `tree`, at any depth of its tables, that
-    holds a control or format character, its path of keys written by `spell`; None when none
-    does. Walked without recursing, as `depth` walks."""
+def printable_key(key: str, what: str) -> None:
+    """Refuse, in `unprintable_key`'s words, a key holding a control or format character:
+    the one check of metric keys, phase names, tag keys and config keys, from every path
+    (dlperf.track, an experiment file, --set, a sweep's point, the store itself)."""
+    fault = unprintable_key(key, what)
+    if fault is not None:
+        raise UserError(fault, PRINTABLE_HINT)
+
+
+def subscripted(name: str) -> Callable[[tuple[str, ...]], str]:
+    """A key path spelled as Python subscripts of `name`: key config['train']['lr']."""
+    return lambda path: f"key {name}" + "".join(f"[{k!r}]" for k in path)
+
+
+def printable_keys(
+    tree: dict[str, Any], spell: Callable[[tuple[str, ...]], str], where: str = ""
+) -> None:
+    """`printable_key` of every key of `tree` (a config), at any depth of its tables, its
+    path of keys written by `spell`, the first refused after `where` ("point 1: "). Walked
+    without recursing, as `depth` walks."""
     stack: list[tuple[dict[str, Any], tuple[str, ...]]] = [(tree, ())]
     while stack:
         table, path = stack.pop()
         for key, value in table.items():
-            fault = unprintable_key(key, spell((*path, key)))
-            if fault is not None:
-                return fault
+            printable_key(key, where + spell((*path, key)))
             if isinstance(value, dict):
                 stack.append((value, (*path, key)))
-    return None
 
 
 def not_blank(text: str, what: str, example: str) -> str:

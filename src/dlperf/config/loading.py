@@ -29,15 +29,14 @@ from dlperf.errors import UserError
 from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
-    PRINTABLE_HINT,
     TOO_DEEP,
     absolute_model_name,
     depth,
     did_you_mean,
     flat_clash,
     key_fault,
-    key_path_fault,
     one_line,
+    printable_keys,
     stem_name,
 )
 
@@ -346,9 +345,7 @@ def check_printable(exp: Experiment, where: str) -> None:
     or format character (a tab, U+200B), spelled as in the file: stored, it was shown escaped,
     and `runs list --where` and `runs compare` could not name it. Not for a stored run's
     config, read as it was stored (as `check_clash`)."""
-    fault = key_path_fault(exp.to_dict(), lambda path: f"key {_toml_key(path)}")
-    if fault is not None:
-        raise UserError(f"{where}: {fault}", PRINTABLE_HINT)
+    printable_keys(exp.to_dict(), lambda path: f"key {_toml_key(path)}", f"{where}: ")
 
 
 def check_clash(exp: Experiment, where: str) -> None:

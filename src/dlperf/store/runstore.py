@@ -75,7 +75,7 @@ from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.parsing import PRINTABLE_HINT, finite_json, unprintable_key
+from dlperf.parsing import finite_json, printable_key, printable_keys, subscripted
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
@@ -2027,6 +2027,8 @@ class RunStore:
         (`this_process()`), so that readers can tell a run whose process is gone
         (`RunRecord.status`)."""
         _fits(Run.__table__.c.name, name, f"run name {_shown(name)}", "give a shorter run.name")
+        # as dlperf.track and every command check it first: no --where could name such a key
+        printable_keys(config, subscripted("config"))
         me = this_process()
         if system is not None:
             system = {**system, "process": me}
@@ -2339,9 +2341,7 @@ class RunStore:
         ]
         for key in dict.fromkeys(str(row["key"]) for row in batch):
             _fits(Metric.__table__.c.key, key, f"metric key {_shown(key)}", "give a shorter key")
-            fault = unprintable_key(key, f"metric key {_shown(key)}")  # no --key could name it
-            if fault is not None:
-                raise UserError(fault, PRINTABLE_HINT)
+            printable_key(key, f"metric key {_shown(key)}")  # no --key could name it
         if batch:
             with self._writing() as s:
                 s.execute(Metric.__table__.insert(), batch)
@@ -2409,6 +2409,7 @@ class RunStore:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
         for key, value in tags.items():
             _fits(Tag.__table__.c.key, key, f"tag key {_shown(key)}", "give a shorter key")
+            printable_key(key, f"tag key {_shown(key)}")  # no --where tag.KEY could name it
             if value:
                 what = f"tag {_shown(key)}: its value {_shown(value)}"
                 _fits(Tag.__table__.c.value, value, what, "give printable text")
