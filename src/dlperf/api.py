@@ -9,6 +9,7 @@ Every function raises `dlperf.UserError` for bad input, as the commands do.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -19,6 +20,7 @@ import reprlib
 import sys
 import threading
 import time
+import types
 import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -308,13 +310,14 @@ def _logged_name(key: str) -> str:
 # --- analyze --------------------------------------------------------------------------------
 
 
-def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
+def _meta_copy(model: torch.nn.Module, caller: str) -> torch.nn.Module:
     """A copy of `model` whose parameters and buffers live on the meta device: the counting
     engine may move and run it, while the caller's model keeps its weights and device.
     deepcopy's memo hands it the meta tensors, so no weight is copied byte by byte. Tensors
     that share a storage share one on meta too, as a model file built there does: copied one
     at a time, a buffer viewing a parameter (or another buffer) was counted in bytes of its
-    own, and two Parameters over one storage (a tied weight's transpose) lost their tie."""
+    own, and two Parameters over one storage (a tied weight's transpose) lost their tie.
+    `caller`: the module that called analyze, whose hooks are left out (`_drop_callers_hooks`)."""
     import torch
     from torch import nn
 
@@ -360,7 +363,7 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
             for key, tensor in kept.items():
                 if tensor is not None and id(tensor) in memo:
                     slots[key] = memo[id(tensor)]
-    _drop_callers_hooks(copied)
+    _drop_callers_hooks(copied, caller)
     return copied
 
 
@@ -376,22 +379,72 @@ _GLOBAL_HOOKS = (
 )
 
 
-def _drop_callers_hooks(copied: torch.nn.Module) -> None:
+def _drop_callers_hooks(copied: torch.nn.Module, caller: str) -> None:
     """Remove from the copy the hooks the caller registered: deepcopy shares their functions,
     which close over the caller's objects (an activation captured, a counter), and they ran
     on meta tensors (a captured activation replaced by one, a hook reading values blamed on
-    the model's forward). Kept: torch's own (weight_norm's, spectral_norm's, pruning's, a
-    lazy layer's), which make the weights the forward uses, and a method of one of the
-    copy's modules (the model's own, part of its forward), which deepcopy binds to the copy."""
+    the model's forward). The model's own are kept, being part of its forward (`_models_own`).
+    `caller`: the name of the module that called analyze (`__main__` for a script)."""
+    from torch import nn
+
+    # Every class of the model, bases included: nn.Module's puts torch among the packages.
+    classes = {c for m in copied.modules() for c in type(m).__mro__ if issubclass(c, nn.Module)}
+    packages = {c.__module__.partition(".")[0] for c in classes}
+    # Of the classes written in the caller's module, the names their code holds and their
+    # qualified names, which their methods' lambdas and nested functions start with.
+    own = [c for c in classes if c.__module__ == caller]
+    named = {name for c in own for name in _names_in(c)}
+    prefixes = tuple(f"{c.__qualname__}." for c in own)
     modules = {id(module) for module in copied.modules()}
     for module in copied.modules():
         for name in _HOOKS:
             hooks = getattr(module, name)
             for key, hook in list(hooks.items()):
-                owner = getattr(hook, "__self__", None)
-                where = getattr(hook, "__module__", None) or ""
-                if id(owner) not in modules and where.partition(".")[0] != "torch":
+                if not _models_own(hook, modules, packages, caller, (named, prefixes)):
                     del hooks[key]
+
+
+def _models_own(
+    hook: Any,
+    modules: set[int],
+    packages: set[str],
+    caller: str,
+    written: tuple[set[str], tuple[str, ...]],
+) -> bool:
+    """Whether `hook` is the model's own rather than the caller's. Which code registered a
+    hook is recorded nowhere, so it is told by where the hook's code is written: a method of
+    one of the model's modules (deepcopy binds it to the copy); else a function (a partial's
+    function) written in a package that defines one of the model's classes, torch included
+    (spectral_norm's, pruning's, a lazy layer's hooks make the weights the forward uses). In
+    the caller's own module, which may define the model's class too (a script, a notebook,
+    a test), only one that class's code defines or names (`register_forward_pre_hook(fn)` in
+    its __init__): the rest of that module is the caller's."""
+    while isinstance(hook, functools.partial):
+        hook = hook.func
+    if id(getattr(hook, "__self__", None)) in modules:
+        return True
+    where = getattr(hook, "__module__", None) or ""
+    if where != caller:
+        return where.partition(".")[0] in packages
+    named, prefixes = written
+    qualname = getattr(hook, "__qualname__", "")
+    return qualname.startswith(prefixes) or getattr(hook, "__name__", None) in named
+
+
+def _names_in(cls: type) -> set[str]:
+    """The names the code of `cls`'s own functions holds (globals, attributes: co_names), of
+    the functions and lambdas nested in them too."""
+    codes = [
+        code
+        for value in vars(cls).values()
+        if (code := getattr(getattr(value, "__func__", value), "__code__", None)) is not None
+    ]
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
 
 
 @contextmanager
@@ -490,8 +543,11 @@ def analyze(
 
     `model` is a registry or torchvision name (as `dlperf analyze` takes) or your own
     `nn.Module`, which is left untouched: the count runs on a meta-device copy, without the
-    hooks you registered on it or for every module (torch's own, such as spectral_norm's or
-    pruning's, and the model's own methods still run: they are part of its forward).
+    hooks you registered on it or for every module. The model's own hooks still run, told by
+    where their code is written: its modules' methods, torch's (spectral_norm's, pruning's),
+    functions of a package defining one of its classes; in the module calling analyze, only
+    those its class's code there defines or names (docs/api.md, "Count a model without
+    touching it").
     `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16",
     or torch.float32 | torch.bfloat16 | torch.float16.
     The rest mean what the command's options of the same names mean, with the same defaults:
@@ -530,9 +586,10 @@ def analyze(
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
     check_options(batch, train, precision, activations, macs_convention)
     check_no_cycle(model, type(model).__name__)  # the registry checks only what it builds
+    caller = sys._getframe(1).f_globals.get("__name__", "")  # whose hooks are left out
     with _no_exit(), _no_global_hooks():
         counted = count_model(
-            _meta_copy(model), input_size, batch, train, precision, type(model).__name__,
+            _meta_copy(model, caller), input_size, batch, train, precision, type(model).__name__,
             bias, activations, macs_convention,
         )  # fmt: skip
     return AnalysisResult(counted)

@@ -3,15 +3,23 @@
 F4. `RunStore.create_run` stored a config key holding a tab, and `RunStore.set_tags` a tag
 key holding U+200B: only `log_metrics` checked keys at the store (the API's store object,
 docs/export.md's `RunStore.open`, went around dlperf.track's check).
+F5. `dlperf.analyze(model)` left out the model's own hooks that are plain functions or
+lambdas (a pre-hook flattening the layer's input: the model was refused as rejecting its
+input), where it meant to leave out only the caller's.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
+import dlperf
 from dlperf.errors import UserError
 from tests.conftest import fresh_store_url
 
@@ -39,3 +47,85 @@ def test_f4_the_store_refuses_such_config_and_tag_keys(backend: str) -> None:
         with pytest.raises(UserError, match=tag):
             store.set_tags(record.id, {"ok": "x", "t\u200bag": "x"})
     assert store.get_run(record.id).tags == {}
+
+
+# --- F5: the model's own hooks on analyze's copy ----------------------------------------------
+
+
+def _flatten_in(module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
+    """The model's own input adapter: a plain function of the file that defines the model."""
+    return (args[0].flatten(1),)
+
+
+def _scaled(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor, k: float) -> Any:
+    return output * k
+
+
+class _Adapted(nn.Module):
+    """The review's model: its layer's pre-hook, a plain function, flattens the input; a
+    partial of a function of this file and a lambda of its own __init__ scale the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        self.fc.register_forward_pre_hook(_flatten_in)
+        self.fc.register_forward_hook(functools.partial(_scaled, k=2.0))
+        self.register_forward_hook(lambda m, args, out: out.relu())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_f5_the_models_own_function_hooks_still_run() -> None:
+    """Before: "the model rejects input [1, 1, 8, 8]: RuntimeError: a and b must have same
+    reduction dim" (the pre-hook left out); at 2c905abb~1 and now: 640 MACs. The caller's
+    own hook, written in the same file as the model's class, is still left out."""
+    model = _Adapted().eval()
+    calls: list[str] = []
+    model.fc.register_forward_hook(lambda m, i, o: calls.append(str(o.sum().item())))
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+    calls.clear()
+    result = dlperf.analyze(model, (1, 8, 8))
+    assert result.totals["macs"] == 64 * 10
+    assert calls == []
+    assert len(model.fc._forward_pre_hooks) == 1 and len(model.fc._forward_hooks) == 2
+
+
+HOOKED = """
+import torch
+from torch import nn
+
+
+def flatten_in(module, args):
+    return (args[0].flatten(1),)
+
+
+def hook_up(model):  # a helper of the model's file: the class never names flatten_in
+    model.fc.register_forward_pre_hook(flatten_in)
+    return model
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        hook_up(self)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_f5_a_hook_of_the_models_package_runs(tmp_path: Path, monkeypatch: Any) -> None:
+    """A hook written in the package that defines the model's class (another module than the
+    caller's) is the model's, however its class came to register it."""
+    (tmp_path / "hooked_f5.py").write_text(HOOKED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import hooked_f5  # type: ignore[import-not-found]
+
+    assert dlperf.analyze(hooked_f5.Net(), (1, 8, 8)).totals["macs"] == 640
+    # nn.Linear (torch's class) with this test's function as its pre-hook: the caller's
+    layer = nn.Linear(64, 10)
+    layer.register_forward_pre_hook(_flatten_in)
+    with pytest.raises(UserError, match="rejects input"):
+        dlperf.analyze(layer, (1, 8, 8))
