@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -91,6 +92,7 @@ def test_a_delete_still_removing_its_files_is_not_taken_for_one_cut_short(
         with pytest.raises(UserError, match=f"no run {run_id} in the store; nothing deleted"):
             any_store.delete_runs([run_id])
         assert (where / "checkpoint.pt").exists()  # the first delete's to remove
+        assert any_store.deleting() == set()  # as the delete reads it (runs delete's prompt)
     finally:
         other.communicate(b"", timeout=60)
     # Its process gone with the files left: a delete cut short, finished by the next one.
@@ -199,3 +201,45 @@ def test_the_kinds_runs_list_knows_are_the_kinds_dlperf_writes() -> None:
             given = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "kind")]
             written |= {kind.value for kind in given if isinstance(kind, ast.Constant)}
     assert written == set(KINDS)
+
+
+def _record(store: RunStore, run_id: int, owner: str) -> None:
+    """A delete's record of run `run_id` (its rows gone), left by the process `owner`."""
+    from sqlalchemy.orm import Session
+
+    with Session(store.engine) as s, s.begin():
+        plan = {"remove": [], "kept": [], "owner": owner}
+        runstore._put_meta(s, f"{runstore.DELETING}{run_id}", json.dumps(plan))
+
+
+def test_a_delete_record_of_another_host_is_named_and_finished_with_force(
+    any_store: RunStore,
+) -> None:
+    """Review: such a delete, killed, was "no run N" to every later delete, unsaid --force."""
+    elsewhere = {"host": "not-" + socket.gethostname(), "pid": 1, "start": 1, "boot_id": None}
+    _record(any_store, 7, json.dumps(elsewhere, sort_keys=True))
+    with pytest.raises(UserError, match="begun on another host") as refused:
+        any_store.delete_runs([7])
+    assert "pass --force" in str(refused.value)
+    assert any_store.deleting() == set() and any_store.deleting(force=True) == {7}
+    assert any_store.delete_runs([7], force=True).runs == [7]
+    assert any_store.deleting(force=True) == set()
+
+
+def test_a_delete_record_whose_owner_is_garbled_is_dropped(any_store: RunStore) -> None:
+    """Review: an owner that is not JSON was a JSONDecodeError traceback at every delete."""
+    _record(any_store, 8, "{not json")
+    assert any_store.deleting() == {8}
+    assert any_store.delete_runs([8]).runs == [8]
+    assert any_store.deleting() == set()
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [("postgresql+psycopg://u:a,b/c@h:x/db", "its port is not a number"),
+     ("postgresql+psycopg://u:p@h1:5432,h2:5433/db", "it lists its hosts")],
+)  # fmt: skip
+def test_a_host_list_is_told_from_a_password_holding_a_comma(url: str, said: str) -> None:
+    """Review: the host part was cut at the first /, inside the password `a,b/c`."""
+    with pytest.raises(UserError, match=said):
+        RunStore.open(url)

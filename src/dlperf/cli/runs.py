@@ -220,7 +220,7 @@ def runs_delete(
 
     store = writer()
     ids = list(dict.fromkeys(run_ids))
-    pending = store.deleting()  # rows gone, files not: a delete killed midway, finished now
+    pending = store.deleting(force)  # rows gone, files not: a delete killed midway, finished now
     runs = to_delete(store, [i for i in ids if i not in pending], force)
     if not yes:
         if not _interactive():

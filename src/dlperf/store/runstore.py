@@ -179,6 +179,17 @@ READ_LOCK = "SELECT 1 FROM sqlite_master LIMIT 1"
 T = TypeVar("T")
 
 
+# user[:password]@ then host[:port] as SQLAlchemy's URL pattern reads them: a password runs
+# to its first @ and may hold / and , (a split at the first / cut inside it).
+_HOST_PART = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?([^/?]*)")
+
+
+def _host_part(url: str) -> str:
+    """The host[:port] part of `url` (libpq's host list, h1:5432,h2:5433, in it)."""
+    match = _HOST_PART.match(url.partition("://")[2])
+    return match.group(1) if match else ""
+
+
 def _parsed(url: str) -> URL:
     """`url` parsed, or the one line for one SQLAlchemy cannot read: its own ValueError for a
     port that is not a number (an unclosed IPv6 bracket reads as one) was a traceback."""
@@ -188,7 +199,7 @@ def _parsed(url: str) -> URL:
         raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
     except ValueError:
         # libpq's host list (h1:5432,h2:5433) reads as a port "5432,h2:5433" to SQLAlchemy
-        if "," in url.partition("://")[2].partition("/")[0].rpartition("@")[2]:
+        if "," in _host_part(url):
             raise UserError(
                 f"cannot open run store {masked_url(url)!r}: it lists its hosts in the URL's "
                 "host part, as libpq does",
@@ -1557,10 +1568,18 @@ class _Plan:
         so that another delete finishes it; not while its process lives (two deletes of one
         run at once: the second took the first's files and reported its runs as its own).
         One on another host, which cannot be told from here, only with `force`."""
-        if self.owner is None or self.owner == me:
-            return True
-        alive = process_alive(json.loads(self.owner))
+        alive = self.alive(me)
         return alive is False or (alive is None and force)
+
+    def alive(self, me: str) -> bool | None:
+        """Whether the deleting process still runs (None: on another host, which cannot be
+        told from here). An older dlperf's record, this process's own and one garbled by
+        hand (its owner no process) count as gone."""
+        try:
+            owner = json.loads(self.owner) if self.owner not in (None, me) else None
+        except ValueError:
+            owner = None
+        return process_alive(owner) if isinstance(owner, dict) else False
 
 
 def _deleting(s: Session) -> dict[int, _Plan]:
@@ -2474,7 +2493,16 @@ class RunStore:
             me = _owner(this_process())  # a process may delete the runs it writes itself
             # Every run whose files a delete cut short left (not one another delete is
             # still removing: that run is gone to this one).
-            pending = {i: p for i, p in _deleting(s).items() if p.cut_short(me, force)}
+            records = _deleting(s)
+            pending = {i: p for i, p in records.items() if p.cut_short(me, force)}
+            elsewhere = [i for i in ids if i not in found and i in records and i not in pending
+                         and records[i].alive(me) is None]  # fmt: skip
+            if elsewhere:
+                raise UserError(
+                    f"run {', '.join(map(str, elsewhere))}: its delete was begun on another "
+                    "host, which cannot be checked from here; nothing deleted",
+                    "once that delete is no longer running, pass --force to finish it",
+                )
             missing = [str(i) for i in ids if i not in found and i not in pending]
             if missing:
                 raise no_such_run(s.get_bind(), ", ".join(missing), "; nothing deleted")
@@ -2544,11 +2572,13 @@ class RunStore:
                 s.execute(delete(Meta).where(Meta.key.in_(keys)))
         return Deleted(ids, removed, kept)
 
-    def deleting(self) -> set[int]:
+    def deleting(self, force: bool = False) -> set[int]:
         """The runs whose delete was cut short after their rows went (`delete_runs`): a new
-        `runs delete` of them finishes removing their files."""
+        `runs delete` of them finishes removing their files. Not one another process is still
+        deleting (it is no run to this one), nor, without `force`, one begun on another host."""
+        me = _owner(this_process())
         with Session(self.engine) as s:
-            return set(_deleting(s))
+            return {i for i, plan in _deleting(s).items() if plan.cut_short(me, force)}
 
     def _plan_run_dir(self, run_id: int, config: Any, mine: set[str], plan: _Plan) -> None:
         """The run's own directory `<out_dir>/<name>/run-<id>/` for each of this store's
