@@ -613,6 +613,7 @@ def run(
 
         from dlperf.config import apply_override, build_experiment, load_experiment
         from dlperf.experiment.run import run_experiment
+        from dlperf.store import RunStore
 
     overrides = _strings(overrides, "overrides are a list of --set strings", "['train.lr=0.01']")
     if not isinstance(experiment, (str, os.PathLike, Mapping)):
@@ -637,6 +638,9 @@ def run(
         # The caller's grad mode, whatever the model file or its forward did to it: the
         # process is the caller's (a notebook's), and its next run starts from that mode.
         torch.set_grad_enabled(grad)
+        if not isinstance(store, Store | RunStore):  # opened here: closed, as track's
+            with suppress(Exception):
+                where.release()
 
 
 class _RunWarnings(NullReporter):

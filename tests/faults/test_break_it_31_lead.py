@@ -243,3 +243,23 @@ def test_a_host_list_is_told_from_a_password_holding_a_comma(url: str, said: str
     """Review: the host part was cut at the first /, inside the password `a,b/c`."""
     with pytest.raises(UserError, match=said):
         RunStore.open(url)
+
+
+def test_dlperf_run_closes_the_store_it_opened(
+    tiny_exp: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: as `track`'s, `dlperf.run(..., store=URL)`'s connection stayed open after it
+    returned, until a garbage collection."""
+    import dlperf
+    from dlperf import api
+
+    opened: list[RunStore] = []
+    real = api._open_store
+
+    def spy(store: Any) -> RunStore:
+        opened.append(real(store))
+        return opened[-1]
+
+    monkeypatch.setattr(api, "_open_store", spy)
+    dlperf.run(tiny_exp(epochs=1), store=str(tmp_path / "r.db"))
+    assert opened[0].engine.pool.checkedin() == 0  # type: ignore[attr-defined]
