@@ -9,6 +9,12 @@ same way wherever they land.
   command the same way, exit 152, with one line naming the limit (`cause`): the seconds left
   to the hard limit's SIGKILL are its cleanup's, and the kernel's repeats of SIGXCPU in them
   are ignored. (`ulimit -t N` sets both limits: SIGKILL comes at once, nothing can be said.)
+- A timer's signal (SIGALRM, SIGVTALRM, SIGPROF: `signal.alarm`, `setitimer`) at its default
+  action stops the command the same way, exit 128 + it, with one line naming the timer: dlperf
+  arms none, so the model's code did (a timeout guard in its forward, a thread its file
+  started), and by default it ended the process with no word ("Alarm clock"), the run `lost`.
+  The timer is cancelled as it goes off, so that an interval timer does not repeat in the
+  stop's cleanup; a handler of the caller's (pytest-timeout's SIGALRM) is left as it is.
 - SIGHUP ignored when dlperf starts stays ignored: `nohup` sets that, and its user asked for
   the command to outlive the terminal; so does an ignored SIGXCPU. SIGQUIT and SIGUSR1
   keep their default actions (a core dump is what SIGQUIT asks for).
@@ -58,6 +64,18 @@ STOP_SIGNALS: tuple[int, ...] = (
     *([] if _SIGXCPU is None else [_SIGXCPU]),
 )
 
+# The interval timers' signals (`signal.alarm`, `setitimer`), each with its timer: dlperf arms
+# none, so one that comes was armed by a model's code, and by default it ends the process.
+TIMER_SIGNALS: dict[int, int] = (
+    {
+        signal.SIGALRM: signal.ITIMER_REAL,
+        signal.SIGVTALRM: signal.ITIMER_VIRTUAL,
+        signal.SIGPROF: signal.ITIMER_PROF,
+    }
+    if hasattr(signal, "setitimer")
+    else {}
+)
+
 
 @dataclass
 class _State:
@@ -79,9 +97,11 @@ def _stop() -> NoReturn:
 def _handler(signum: int, frame: FrameType | None) -> None:
     if _state.settled:
         return
-    if signum == _SIGXCPU and _state.received is not None:
-        # The kernel's repeat, each CPU second past the soft limit, not a user insisting as a
-        # second Ctrl-C does: it must not cut the first stop's cleanup (the run's mark).
+    if signum in TIMER_SIGNALS:  # once: an interval timer would go off again in the cleanup
+        signal.setitimer(TIMER_SIGNALS[signum], 0.0)
+    if (signum == _SIGXCPU or signum in TIMER_SIGNALS) and _state.received is not None:
+        # The kernel's repeat, each CPU second past the soft limit (or a timer going off), not
+        # a user insisting as a second Ctrl-C does: it must not cut the first stop's cleanup.
         return
     if _state.received is None:
         _state.received = signum
@@ -150,7 +170,7 @@ def _forked() -> None:
     default action (SIGTERM ends it), not this module's handler. A worker that its parent's
     shutdown sent SIGTERM before its own start-up ran raised KeyboardInterrupt in
     multiprocessing's bootstrap, which printed "Process Process-1: Traceback ..."."""
-    for sig in STOP_SIGNALS:
+    for sig in (*STOP_SIGNALS, *TIMER_SIGNALS):
         if signal.getsignal(sig) == _handler:
             signal.signal(sig, signal.SIG_DFL)
 
@@ -166,6 +186,9 @@ def install() -> None:
     _state = _State()
     for sig in taken():
         signal.signal(sig, _handler)
+    for sig in TIMER_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_DFL:  # not a caller's own handler
+            signal.signal(sig, _handler)
     if sys.unraisablehook is not _unraisable:
         _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
 
@@ -276,8 +299,18 @@ def exit_code(code: int) -> int:
 
 def cause() -> str | None:
     """The line that says why the command stopped, where the signal's sender said nothing
-    itself: a CPU-time limit's SIGXCPU (a user's Ctrl-C, a scheduler's SIGTERM, a closed
-    terminal's SIGHUP need no word). None otherwise."""
+    itself: a CPU-time limit's SIGXCPU, a timer's signal (a user's Ctrl-C, a scheduler's
+    SIGTERM, a closed terminal's SIGHUP need no word). None otherwise."""
+    if _state.received in TIMER_SIGNALS:
+        name = signal.Signals(_state.received).name
+        timer = {"SIGALRM": "ITIMER_REAL", "SIGVTALRM": "ITIMER_VIRTUAL"}.get(name, "ITIMER_PROF")
+        return (
+            f"error: a {name} timer went off (signal.alarm or setitimer, exit "
+            f"{128 + _state.received}): dlperf arms none, so the model's code did (a timeout "
+            "guard in its forward, a thread its file started), and by default its signal ends "
+            f"the process: cancel it once done (signal.setitimer(signal.{timer}, 0)) or give "
+            f"{name} a handler"
+        )
     if _SIGXCPU is None or _state.received != _SIGXCPU:
         return None
     import resource  # POSIX's, as SIGXCPU is
@@ -355,7 +388,7 @@ def run(
     code = exit_code(code)
     if not process:
         sys.exit(code)
-    for sig in STOP_SIGNALS:
+    for sig in (*STOP_SIGNALS, *TIMER_SIGNALS):
         signal.signal(sig, signal.SIG_IGN)  # Python's shutdown leaves an ignored signal be
     stopped = stopped or _state.received is not None
     line = cause()

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dlperf import stopping
 from dlperf.models.registry import create_model, noting
+from dlperf.store import RunStore
+from tests.faults.test_break_it_22_stops import DEADLINE_S, SOURCE
 
 
 def _file(tmp_path: Path, code: str) -> str:
@@ -133,3 +140,72 @@ def test_a_layer_class_method_a_model_file_replaced_is_put_back(tmp_path: Path) 
     assert len(notes) == 1, notes
     for name in ("torch.nn.ReLU.forward", "torch.nn.Linear.forward", "torch.nn.Conv2d.__call__"):
         assert name in notes[0], notes
+
+
+# --- F3: a timer armed in the model's forward ------------------------------------------------
+
+# Arms a SIGALRM timer in a training step's forward (a timeout guard left armed) and waits
+# for it there: the signal lands in the forward, as the run trains, on no race.
+ARMING = """
+import signal, time, torch, torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.training and torch.is_grad_enabled() and self.calls > 4:
+            signal.setitimer(signal.ITIMER_REAL, 0.001)
+            time.sleep(60)
+        return self.fc(x)
+
+def net(num_classes=10):
+    return Net(num_classes)
+"""
+
+
+@pytest.mark.faults  # a real process: about 11 s
+def test_a_timer_the_models_forward_armed_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    """Before: killed by SIGALRM (the shell's "Alarm clock"), nothing printed, the run left
+    `running` (read as lost)."""
+    (tmp_path / "arming.py").write_text(ARMING)
+    (tmp_path / "e.toml").write_text(
+        '[model]\nname = "arming.py:net"\n[data]\nname = "digits"\n[train]\nepochs = 1\n'
+        "batch_size = 64\n[run]\nthreads = 1\ncheckpoint = false\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SOURCE,
+           "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", "run", "e.toml"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    said = [line for line in done.stderr.splitlines() if "triton not found" not in line]
+    assert done.returncode == 128 + signal.SIGALRM, done.stderr
+    assert "Traceback" not in done.stderr
+    timer = [line for line in said if "SIGALRM" in line]
+    assert len(timer) == 1 and timer[0].startswith("error: a SIGALRM timer went off"), said
+    (stored,) = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}").list_runs()
+    assert stored.status == "killed"
+    assert (stored.error or "").startswith("a SIGALRM timer went off"), stored.error
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX's interval timers")
+def test_a_timers_signal_stops_as_a_stop_signal_and_cancels_its_timer() -> None:
+    """In this process SIGPROF (pytest's SIGALRM is pytest-timeout's, left as it is): its
+    interval timer is cancelled, so that it does not go off again in the stop's cleanup."""
+    before = signal.getsignal(signal.SIGPROF)
+    try:
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)  # as a new process has it
+        stopping.install()
+        signal.setitimer(signal.ITIMER_PROF, 1000.0, 1000.0)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGPROF)
+        assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+        assert stopping.exit_code(0) == 128 + signal.SIGPROF
+        assert stopping.stopped_by().startswith("a SIGPROF timer went off")
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0.0)
+        signal.signal(signal.SIGPROF, before)
