@@ -148,7 +148,23 @@ def run(
             results.append(result)
         return results
 
-    return asyncio.run(levels())
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_exception_handler(_quiet_stop)
+        return runner.run(levels())
+
+
+def _quiet_stop(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's handler of errors no one awaited, but for a stop's: Ctrl-C's
+    KeyboardInterrupt (dlperf.stopping) may land in a task the HTTP client started (anyio's
+    connect, in a task group of its own), which wraps it in a BaseExceptionGroup; the run's
+    shutdown cancels the clients' tasks, and each ends with that group. The stop is said in
+    one line by the command; its consequences are not errors to print."""
+    error = context.get("exception")
+    if isinstance(error, KeyboardInterrupt) or (
+        isinstance(error, BaseExceptionGroup) and error.subgroup(KeyboardInterrupt) is not None
+    ):
+        return
+    loop.default_exception_handler(context)
 
 
 def listener(port: int) -> int | None:
