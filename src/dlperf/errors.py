@@ -5,6 +5,7 @@ from __future__ import annotations
 import dis
 import errno
 import os
+import re
 import resource
 import sys
 import traceback
@@ -47,6 +48,27 @@ def innermost(e: BaseException) -> TracebackType | None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb
+
+
+# torch's error for a module called without a forward of its own (nn.Module's placeholder)
+_NO_FORWARD = re.compile(r'Module \[(\w+)\] is missing the required "forward" function')
+
+
+def missing_forward(e: BaseException, what: str) -> UserError | None:
+    """The one line for a module inside `what` (the model) that its forward calls but that has
+    no forward of its own (a misspelt `def foward` in a block, an nn.ModuleList called as a
+    layer): torch's NotImplementedError was told as the input's fault. None for any other."""
+    found = _NO_FORWARD.search(str(e)) if isinstance(e, NotImplementedError) else None
+    if found is None:
+        return None
+    cls = found.group(1)
+    container = cls in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict")
+    return UserError(
+        f"{what} calls a module of class {cls}, and class {cls} defines no forward()",
+        f"call the {cls}'s layers one by one, or hold them in an nn.Sequential"
+        if container
+        else f"define forward in class {cls} (a misspelt `def foward`?)",
+    )
 
 
 def raised_by_model(e: BaseException) -> bool:

@@ -15,6 +15,8 @@
   still blamed on SQLAlchemy's parser or the server (P3 C7: refused for --db and DLPERF_DB).
 - `runs delete` of a live `dlperf.track` run said "stop it first, or pass --force", and
   `--force` then refused (P3 C8); the store's own refusal offered --force where it was given.
+- A block inside a model without `forward` (`def foward`, an nn.ModuleList called as a layer)
+  was still told as the input's fault (review of P1 C6: only the top class was checked).
 """
 
 from __future__ import annotations
@@ -263,3 +265,50 @@ def test_dlperf_run_closes_the_store_it_opened(
     monkeypatch.setattr(api, "_open_store", spy)
     dlperf.run(tiny_exp(epochs=1), store=str(tmp_path / "r.db"))
     assert opened[0].engine.pool.checkedin() == 0  # type: ignore[attr-defined]
+
+
+INNER = """
+import torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+    def foward(self, x):
+        return self.fc(x)
+
+class Net(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.block = Block()
+        self.layers = nn.ModuleList([nn.Flatten()])
+    def forward(self, x):
+        return self.block(self.layers[0](x))
+
+class Listed(Net):
+    def forward(self, x):
+        return self.layers(x)
+
+def net(**kwargs):
+    return Net()
+
+def listed(**kwargs):
+    return Listed()
+"""
+
+
+@pytest.mark.parametrize(("factory", "cls"), [("net", "Block"), ("listed", "ModuleList")])
+def test_an_inner_module_without_forward_is_told_not_the_input(
+    cli: Callable[..., CliResult], tmp_path: Path, factory: str, cls: str
+) -> None:
+    from dlperf.engine.checks import dry_forward
+
+    (tmp_path / "inner.py").write_text(INNER)
+    result = cli("analyze", f"inner.py:{factory}", "--input", "1,8,8")
+    assert result.code == 2, result.err
+    assert f"class {cls} defines no forward()" in result.err and "rejects" not in result.err
+    made: dict[str, Any] = {}
+    exec(INNER, made)  # the same model, given to run's dry forward
+    model = made[factory]()
+    with pytest.raises(UserError, match=f"class {cls} defines no forward"):
+        dry_forward(model, (1, 8, 8), "the model rejects digits images")

@@ -92,7 +92,7 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.errors import UserError, raised_by_model
+from dlperf.errors import UserError, missing_forward, raised_by_model
 from dlperf.parsing import is_file_spec
 from dlperf.precision import DTYPES, KeepShared, check_default_dtype, counted_as
 
@@ -1601,6 +1601,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
         too_large = _overflowed(first, x, command)
         if too_large is not None:
             raise too_large from None
+        if (missing := missing_forward(e, "the model")) is not None:
+            raise missing from None
         if raised_by_model(e):
             raise
         if isinstance(e, OSError):

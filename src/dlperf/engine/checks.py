@@ -26,7 +26,7 @@ from dlperf.analytic.counting import (
 )
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
-from dlperf.errors import UserError, in_model_file, raised_by_model
+from dlperf.errors import UserError, in_model_file, missing_forward, raised_by_model
 from dlperf.formatting import few
 from dlperf.image_modes import channels_last
 from dlperf.models.registry import note, too_deep, torch_defaults_kept
@@ -216,6 +216,8 @@ def _dry_forward(
     except Exception as e:  # a user's forward fails in any way: TypeError for a signature
         if isinstance(e, RecursionError):  # its nesting's, on the way through torch or its own
             refuse_too_deep(model, what)
+        if (missing := missing_forward(e, what)) is not None:
+            raise missing from None
         if raised_by_model(e):
             raise
         if isinstance(e, OSError):  # a file or a connection of the model's: never the images'
