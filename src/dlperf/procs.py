@@ -47,6 +47,13 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
+def stopped(pid: int) -> bool:
+    """Whether `pid` is stopped: state T (SIGSTOP, kill -STOP, Ctrl-Z) or t (a tracer's stop,
+    a debugger's). False when it is gone or there is no /proc (off Linux)."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] in ("T", "t")
+
+
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie counts as gone: it runs nothing)."""
     stat = proc_stat(pid)

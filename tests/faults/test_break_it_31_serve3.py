@@ -52,3 +52,20 @@ def test_a_stop_in_a_task_of_the_http_client_ends_bench_in_one_line(
     assert len(r.err.splitlines()) <= 1, r.err  # the progress line at most
     said = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
     assert said == []
+
+
+def test_one_rule_says_whether_a_process_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """F5: serve bench, a launch's watch and `runs delete` each read /proc/PID/stat by a rule
+    of their own, and disagreed on a tracer's stop (state t: a debugger's)."""
+    from dlperf import procs
+    from dlperf.distributed import launch
+    from dlperf.store import query
+
+    for state, stopped in [("T", True), ("t", True), ("S", False), ("R", False)]:
+        monkeypatch.setattr(procs, "proc_stat", lambda pid, state=state: (state, 1))
+        assert procs.stopped(7) is stopped
+        assert ("kill -CONT 7" in loadgen._gone_hint(7, timed_out=True)) is stopped
+        assert query._waiting_for(1, 7, 60.0).startswith("pid 7 is stopped") is stopped
+    monkeypatch.setattr(procs, "proc_stat", lambda pid: None)  # gone, or no /proc
+    assert not procs.stopped(7)
+    assert launch.is_stopped is procs.stopped  # its watch of a launch's processes

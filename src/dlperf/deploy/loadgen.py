@@ -42,6 +42,7 @@ import numpy as np
 from dlperf.contention import PROC, Window, judge
 from dlperf.errors import UserError
 from dlperf.paths import image_file
+from dlperf.procs import stopped
 from dlperf.progress import NullReporter, Reporter
 
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
@@ -277,16 +278,6 @@ def _gone_hint(server: int | None, timed_out: bool) -> str:
     if timed_out:
         return "is the server hung, or stopped? Restart or continue it, then bench again"
     return "is the server still running? Restart it, then bench again"
-
-
-def stopped(pid: int) -> bool:
-    """Whether process `pid` is stopped (SIGSTOP, Ctrl-Z, a debugger's stop): its state in
-    /proc/PID/stat; False where it cannot be read."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2 :][:1] in ("T", "t")  # the name may hold ")"
 
 
 async def _level(

@@ -37,7 +37,8 @@ from pathlib import Path
 
 from dlperf.errors import UserError
 from dlperf.paths import open_files_limit, room_for_files
-from dlperf.procs import Supervisor, alive, guarded, how, kill, proc_stat
+from dlperf.procs import Supervisor, alive, guarded, how, kill
+from dlperf.procs import stopped as is_stopped  # off Linux (no /proc) nothing is watched
 
 TAIL_LINES = 12
 
@@ -328,11 +329,6 @@ def stopped_bound_s(directory: Path) -> float:
     return max([STOPPED_MIN_S, *(STOPPED_WARMUPS * w for w in warmups)])
 
 
-def _stopped(pid: int) -> bool:
-    stat = proc_stat(pid)  # None: gone, or no /proc (off Linux, nothing is watched)
-    return stat is not None and stat[0] == "T"
-
-
 def wait_watching(
     supervisor: Supervisor, processes: Callable[[], dict[int, str]], directory: Path
 ) -> list[int | None]:
@@ -347,7 +343,7 @@ def wait_watching(
             return supervisor.wait(LOOK_S)
         except TimeoutError:
             pass
-        now = next((item for item in processes().items() if _stopped(item[0])), None)
+        now = next((item for item in processes().items() if is_stopped(item[0])), None)
         looks = looks + 1 if now is not None and now == stopped else int(now is not None)
         stopped = now
         if stopped is not None and looks * LOOK_S >= stopped_bound_s(directory):

@@ -21,7 +21,8 @@ from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt, scaled
 from dlperf.parsing import did_you_mean, flatten, has_control, name_text
-from dlperf.procs import proc_stat, process_alive
+from dlperf.procs import process_alive
+from dlperf.procs import stopped as is_stopped
 from dlperf.store.record import LOST
 from dlperf.store.record import STATUSES as STORED
 
@@ -783,8 +784,7 @@ POLL_S = 0.1
 
 def _waiting_for(run_id: int, pid: int, wait_s: float) -> str:
     waits = f"waiting up to {wait_s:g} s for it to mark run {run_id} killed"
-    stat = proc_stat(pid)
-    if stat is not None and stat[0] in "Tt":  # stopped, or stopped by a tracer
+    if is_stopped(pid):
         return f"pid {pid} is stopped (SIGSTOP, Ctrl-Z) until kill -CONT {pid}; {waits}"
     return f"sent SIGTERM to pid {pid}; {waits}"
 
