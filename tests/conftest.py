@@ -163,7 +163,10 @@ def _signal_handlers() -> Iterator[None]:
     again after each test, so that Ctrl-C still stops the suite; and a stop one test sent
     itself is not the next one's (a SIGTERM left `requested()` true, and the next test in the
     worker that asked `errors.interrupted` got a KeyboardInterrupt)."""
-    saved = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
+    # The timers' signals too: main() takes those left at their default (a model's timer).
+    saved = {
+        sig: signal.getsignal(sig) for sig in (*stopping.STOP_SIGNALS, *stopping.TIMER_SIGNALS)
+    }
     stopping._state = stopping._State()
     yield
     stopping._state = stopping._State()
