@@ -185,19 +185,24 @@ def test_bench_without_a_server_says_how_to_start_one() -> None:
     )
 
 
-def test_a_bench_level_that_sent_nothing_is_an_error_not_a_row_of_zeros() -> None:
+def test_a_bench_level_that_sent_nothing_is_an_error_not_a_row_of_zeros(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`serve bench --concurrency 2000 --duration 1` on a busy machine: the 2,000 clients took
     longer to settle than the level's duration, and the table showed 0 requests, 0 req/s,
-    exit 0. A level of no duration sends nothing the same way, server or not."""
+    exit 0. A level of no duration sends nothing the same way (its warm-up answered: one
+    that no client got an answer to ends the level as the server's)."""
     import asyncio
+
+    import httpx
 
     from dlperf.deploy import loadgen
 
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{closed.getsockname()[1]}/predict"
-        with pytest.raises(UserError) as caught:
-            asyncio.run(loadgen._level(url, b"", 2, 0.0, None))
+    answer = httpx.Response(200, json={"model_name": "m", "predictions": []})
+    transport = httpx.MockTransport(lambda request: answer)
+    monkeypatch.setattr(loadgen, "_client", lambda: httpx.AsyncClient(transport=transport))
+    with pytest.raises(UserError) as caught:
+        asyncio.run(loadgen._level("http://x/predict", b"", 2, 0.0, None))
     assert str(caught.value) == (
         "concurrency 2: no request was sent in --duration 0 s (starting 2 clients took longer) "
         "(give a longer --duration, or fewer clients in --concurrency)"

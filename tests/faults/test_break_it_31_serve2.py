@@ -132,18 +132,24 @@ def test_bench_of_a_server_in_another_process_leaves_its_stops_unmeasured(
     assert level["contention"]["stops"] is None and level["contention"]["stopped_s"] is None
 
 
-def per_client(monkeypatch: pytest.MonkeyPatch, *raised: type[httpx.HTTPError] | None) -> None:
+def per_client(
+    monkeypatch: pytest.MonkeyPatch,
+    *raised: type[httpx.HTTPError] | None,
+    warm_up_answered: bool = False,
+) -> None:
     """The load generator's n-th client answered by a handler in this process: it raises
-    `raised[n]`, or answers a prediction where that is None. Each request yields to the event
-    loop, as one over the network does, so that the clients take turns."""
+    `raised[n]`, or answers a prediction where that is None (and to each client's first
+    request, its warm-up, if `warm_up_answered`). Each request yields to the event loop, as
+    one over the network does, so that the clients take turns."""
     made = itertools.count()
 
     def client() -> httpx.AsyncClient:
         error = raised[next(made) % len(raised)]
+        sent = itertools.count()
 
         async def handler(request: httpx.Request) -> httpx.Response:
             await asyncio.sleep(0)
-            if error is not None:
+            if error is not None and not (warm_up_answered and next(sent) == 0):
                 raise error("no", request=request)
             return httpx.Response(200, json=PREDICTION)
 
@@ -162,7 +168,7 @@ def test_a_level_goes_on_while_some_client_is_answered(monkeypatch: pytest.Monke
 
 
 def test_refusals_and_timeouts_are_named_together(monkeypatch: pytest.MonkeyPatch) -> None:
-    per_client(monkeypatch, httpx.ConnectError, httpx.ReadTimeout)
+    per_client(monkeypatch, httpx.ConnectError, httpx.ReadTimeout, warm_up_answered=True)
     with pytest.raises(loadgen.ServerGone) as gone:
         asyncio.run(loadgen._level("http://x/predict", b"img", 2, 600.0, None))
     said = re.fullmatch(

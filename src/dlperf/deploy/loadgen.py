@@ -6,8 +6,10 @@ counted (connection set-up, the server's first batches). Throughput = successful
 / wall time of the level; latencies are of successful responses. A level ends early, refused
 (`ServerGone`), once every client's last request went unanswered: no server to connect to (it
 died), or no answer in TIMEOUT_S (it was stopped, SIGSTOP or Ctrl-Z, or hangs: its listening
-socket still takes connections, so none is refused). Only a server on this machine is loaded:
-a benchmark must never become a flood against someone else's host.
+socket still takes connections, so none is refused); so does a warm-up that no client got an
+answer to, and a server whose process is stopped as a level starts is told at once. Only a
+server on this machine is loaded: a benchmark must never become a flood against someone else's
+host.
 
 Server and load generator share this machine's CPUs, with whatever else runs on it, so each
 level's timed stretch (after the warm-up requests) is a contention window
@@ -137,9 +139,11 @@ def run(
     server = listener(urlsplit(endpoint).port or (443 if endpoint.startswith("https") else 80))
 
     async def levels() -> list[LevelResult]:
-        await _probe(endpoint, body)
+        _not_stopped(endpoint, server, "before its first request")
+        await _probe(endpoint, body, server)
         results = []
         for level in concurrency:
+            _not_stopped(endpoint, server, f"before concurrency {level}")
             rep.task(f"concurrency {level}", total=None)
             result = await _level(endpoint, body, level, duration_s, max_requests, server)
             rep.log(
@@ -202,12 +206,27 @@ def _client() -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=TIMEOUT_S, trust_env=False, verify=_tls())
 
 
-async def _probe(url: str, body: bytes) -> None:
+def _not_stopped(url: str, server: int | None, when: str) -> None:
+    """ServerGone at once if the server's process is stopped: it would take the requests'
+    connections and answer none, each after TIMEOUT_S (a level's warm-up and its timed
+    requests: twice that), and the probe's timeout said no server was there."""
+    if server is not None and stopped(server):
+        raise ServerGone(
+            f"{url} cannot answer {when}: its server is stopped", _gone_hint(server, True)
+        )
+
+
+async def _probe(url: str, body: bytes, server: int | None = None) -> None:
     """One request first, so a wrong URL or image is one clear error, not N failures."""
     try:
         async with _client() as client:
             response = await client.post(url, content=body, headers=HEADERS)
     except httpx.HTTPError as e:
+        if type(e).__name__ in TIMED_OUT:  # a server is there, listening: not a URL to fix
+            raise ServerGone(
+                f"{url} took the connection but sent no answer in {TIMEOUT_S:g} s",
+                _gone_hint(server, timed_out=True),
+            ) from None
         raise UserError(
             f"no server answers at {url} ({type(e).__name__})",
             "start one with `dlperf serve MODEL.onnx --port PORT` and give its URL",
@@ -326,7 +345,14 @@ async def _level(
     # A client (one keep-alive connection) per worker, as independent users would be.
     async with AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(_client()) for _ in range(concurrency)]
-        await asyncio.gather(*(send(c) for c in clients))  # warm-up, not counted
+        warm_up = Counter(status for status, _ in await asyncio.gather(*map(send, clients)))
+        if sum(warm_up[name] for name in (REFUSED, *TIMED_OUT)) == concurrency:
+            # No client answered: the timed requests would only wait TIMEOUT_S again.
+            raise ServerGone(
+                f"{url} stopped answering at concurrency {concurrency}, in its warm-up: "
+                f"{_no_answer(warm_up, concurrency)}",
+                _gone_hint(server, timed_out=set(warm_up) != {REFUSED}),
+            )
         # The server and the load generator are one experiment: neither is the other's
         # neighbour when the window asks what other processes took.
         ours = {os.getpid()} | ({server} if server is not None else set())
