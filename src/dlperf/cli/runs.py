@@ -221,7 +221,8 @@ def runs_delete(
     store = writer()
     ids = list(dict.fromkeys(run_ids))
     pending = store.deleting(force)  # rows gone, files not: a delete killed midway, finished now
-    runs = to_delete(store, [i for i in ids if i not in pending], force)
+    # One begun on another host is no "no run N": the store's delete names it, with --force.
+    runs = to_delete(store, [i for i in ids if i not in store.deleting(force=True)], force)
     if not yes:
         if not _interactive():
             raise UserError(
