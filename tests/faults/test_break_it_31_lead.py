@@ -316,3 +316,17 @@ def test_an_inner_module_without_forward_is_told_not_the_input(
     model = made[factory]()
     with pytest.raises(UserError, match=f"class {cls} defines no forward"):
         dry_forward(model, (1, 8, 8), "the model rejects digits images")
+
+
+@pytest.mark.parametrize("link", ["VOC2007", "Annotations", "VOC2007/Annotations"])
+def test_a_voc_folder_that_is_a_link_to_nothing_is_said(tmp_path: Path, link: str) -> None:
+    """Review R5 F3: only the root was checked; a VOC2007 or Annotations/ link to an
+    unmounted drive was "not a VOC data set"."""
+    from dlperf.detect.voc import find_root
+
+    root = tmp_path / "devkit"
+    (root / link).parent.mkdir(parents=True, exist_ok=True)
+    (root / link).symlink_to(tmp_path / "unmounted")
+    (root / Path(link).parent / "ImageSets" / "Main").mkdir(parents=True, exist_ok=True)
+    with pytest.raises(UserError, match=f"{link} is a link to .*unmounted, which is not there"):
+        find_root(root)

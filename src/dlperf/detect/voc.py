@@ -77,22 +77,22 @@ def find_root(path: Path) -> Path:
 
 
 def _refuse_broken_links(path: Path, folders: list[Path]) -> None:
-    """`path`, or a folder of the layout under it (`folders`), that is a loop of symbolic
-    links, or `path` a link to nothing: is_dir is False of both as of no folder there, and
-    "not a VOC data set" sent the user to look for the folder a link, pointed right, leads
-    to."""
-    for folder in (path, *folders):
+    """`path`, its VOC2007/ or a folder of the layout under either (`folders`) that is a loop
+    of symbolic links or a link to nothing (a drive not mounted): is_dir is False of both as
+    of no folder there, and "not a VOC data set" sent the user to look for the folder a
+    link, pointed right, leads to."""
+    for folder in (path, path / "VOC2007", *folders):
         if (chain := link_loop(folder)) is not None:
             raise UserError(
                 f"{folder} is a loop of symbolic links ({chain})",
                 "point one of the links at the VOC data set: VOCdevkit/VOC2007, or a directory "
                 "made by `dlperf detect make-shapes`",
             )
-    if (target := link_to_nothing(path)) is not None:
-        raise UserError(
-            f"{path} is a link to {target}, which is not there",
-            f"mount or restore {target}, or give the VOC data set's folder",
-        )
+        if (target := link_to_nothing(folder)) is not None:
+            raise UserError(
+                f"{folder} is a link to {target}, which is not there",
+                f"mount or restore {target}, or give the VOC data set's folder",
+            )
 
 
 def read_split(root: Path, split: str) -> list[str]:
