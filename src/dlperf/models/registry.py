@@ -749,9 +749,26 @@ def _backends_put_back(held: dict[str, Any], path: Path, when: str) -> list[str]
     ]
 
 
+def _layer_classes() -> dict[type, str]:
+    """torch.nn's layer classes, with the bases of torch's they inherit methods from
+    (BatchNorm2d's forward is `_BatchNorm.forward`, Conv2d's `_ConvNd`'s, a loss's `_Loss`'s),
+    by name: `torch.nn.ReLU`, a private base by its module and qualified name."""
+    named = {
+        cls: f"torch.nn.{name}"
+        for name, cls in vars(nn).items()
+        if isinstance(cls, type) and issubclass(cls, nn.Module) and cls is not nn.Module
+    }
+    for cls in list(named):
+        for base in cls.__mro__[1:]:
+            if base not in named and base is not nn.Module and base.__module__.startswith("torch."):
+                named[base] = f"{base.__module__}.{base.__qualname__}"
+    return named
+
+
 # Where a model file's own version of a torch function (`F.relu = my_relu`, `nn.ReLU.forward =
-# ...`) would reach every model built after it in the process: torch's namespaces and the
-# layer classes of torch.nn (a dict copy each, some 170 in all: a few milliseconds a block)
+# ...`, `_BatchNorm.forward = ...`) would reach every model built after it in the process:
+# torch's namespaces and the layer classes of torch.nn with their bases (a dict copy each,
+# some 200 in all: a few milliseconds a block)
 _PATCHABLE: tuple[tuple[str, Any], ...] = (
     ("torch", torch),
     ("torch.nn", nn),
@@ -759,11 +776,7 @@ _PATCHABLE: tuple[tuple[str, Any], ...] = (
     ("torch.nn.init", nn.init),
     ("torch.Tensor", torch.Tensor),
     ("torch.nn.Module", nn.Module),
-    *(
-        (f"torch.nn.{name}", cls)
-        for name, cls in vars(nn).items()
-        if isinstance(cls, type) and issubclass(cls, nn.Module) and cls is not nn.Module
-    ),
+    *((name, cls) for cls, name in _layer_classes().items()),
 )
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # Set on nn.Module by torch._dynamo once it has wrapped Module's __init__ and __setstate__
