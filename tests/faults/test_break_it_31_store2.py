@@ -84,18 +84,21 @@ def stored(db: str, name: str, config: dict[str, Any]) -> None:
 
 
 def test_a_config_key_with_a_space_at_an_end_is_matched_as_typed(tmp_path: Path, cli: Cli) -> None:
-    """Was `[]` for train.lr =0.3 and run 1 (by train.lr) for train.lr =0.1."""
+    """Was `[]` for train.lr =0.3, where the runs hold `train.lr `."""
     db = str(tmp_path / "c9.db")
-    stored(db, "both", {"train": {"lr": 0.1, "lr ": 0.3}})
-    stored(db, "spaced", {"train": {"lr ": 0.1}})
+    stored(db, "spaced", {"train": {"lr ": 0.3}})
+    stored(db, "spaced too", {"train": {"lr ": 0.1}})
     store = dlperf.Store(db)
     assert [r.id for r in store.runs(where=["train.lr =0.3"])] == [1]
-    assert [r.id for r in store.runs(where=["train.lr =0.1"])] == [2]
-    assert [r.id for r in store.runs(where=["train.lr=0.1"])] == [1]
     assert [r.id for r in store.runs(where=["train.lr = 0.1"])] == [2]  # the key as typed
     result = cli("--db", db, "runs", "list", "--where", "train.lr =0.3", "--json")
     assert result.code == 0, result.err
     assert [r["id"] for r in json.loads(result.out)] == [1]
+    # Where a run holds train.lr itself, spaces around = are spacing, as documented (review:
+    # the typed key first left that run out without a word).
+    stored(db, "plain", {"train": {"lr": 0.1}})
+    assert [r.id for r in store.runs(where=["train.lr = 0.1"])] == [3]
+    assert [r.id for r in store.runs(where=["train.lr=0.1"])] == [3]
 
 
 def test_spaces_around_the_equals_sign_still_read_the_key(tmp_path: Path) -> None:

@@ -359,16 +359,18 @@ class Condition:
         return cls(key, _value(value), given, typed)
 
     def as_typed(self, runs: list[RunRecord]) -> Condition:
-        """This condition on its key as typed, white space at an edge kept, where one of
-        `runs` holds that key (a config's `lr `, stored as given): stripped, `train.lr =0.3`
-        selected by `train.lr`, or nothing, without a word. Elsewhere spaces around the = are
-        only spacing, as they always were; but a key no run holds, where one differs from it
-        only by such white space, is refused naming that key (it selected nothing)."""
+        """Spaces around the = are spacing, as documented, where one of `runs` holds the key
+        without them; where none does but one holds it as typed, white space at an edge kept
+        (a config's `lr `, stored as given), the condition is on that key: stripped, `train.lr
+        =0.3` selected nothing, without a word. (Taking the typed key first left out, without
+        a word, the runs holding `train.lr` where another held `train.lr `.) A key no run
+        holds, where one differs from it only by such white space, is refused naming that key
+        (it selected nothing)."""
         typed = self.typed or self.key
-        if typed != self.key and any(_field(r, typed)[0] for r in runs):
-            return replace(self, key=typed)
         if any(_field(r, self.key)[0] for r in runs):
             return self
+        if typed != self.key and any(_field(r, typed)[0] for r in runs):
+            return replace(self, key=typed)
         held = {k for run in runs for k in (*_summary_keys(run), *flatten(run.config))}
         alike = sorted(k for k in held if k != self.key and _unspaced(k) == _unspaced(typed))
         if alike:
