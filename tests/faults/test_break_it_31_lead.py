@@ -129,13 +129,19 @@ def test_a_tracked_block_closes_the_store_it_opened(kind: str, tmp_path: Path) -
         store._store.engine.dispose()  # type: ignore[union-attr]
 
 
+FIX_URL = "write the URL without it, in --db, DLPERF_DB or the store argument"
+
+
 @pytest.mark.parametrize("url", [" postgresql+psycopg://u:p@127.0.0.1:1/db",
                                  "postgresql+psycopg://u:p@127.0.0.1:1/db\n"])  # fmt: skip
 def test_the_api_names_white_space_at_a_store_urls_edge(url: str) -> None:
     import dlperf
 
-    with pytest.raises(UserError, match=r"with white space|with a space"):
+    with pytest.raises(UserError, match=r"with white space|with a space") as refused:
         dlperf.Store(url).runs()
+    assert (
+        refused.value.hint == "write the URL without it, in --db, DLPERF_DB or the store argument"
+    )
     with (
         pytest.raises(UserError, match=r"with white space|with a space"),
         dlperf.track("t", store=url),

@@ -40,7 +40,7 @@ def one_line(result: CliResult, code: int, line: str) -> None:
 
 # C7
 
-FIX = "write the URL without it, where it is given (--db, DLPERF_DB or a store argument)"
+FIX = "write the URL without it, in --db, DLPERF_DB or the store argument"
 
 
 @pytest.mark.parametrize(

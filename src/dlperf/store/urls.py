@@ -142,7 +142,7 @@ def refuse_edged(db: str | None) -> None:
     white = "a space" if c == " " else f"white space ({c.encode('unicode_escape').decode()})"
     raise UserError(
         f"run store URL {shown(masked_url(db))} {side} with {white}",
-        "write the URL without it, where it is given (--db, DLPERF_DB or a store argument)",
+        "write the URL without it, in --db, DLPERF_DB or the store argument",
     )
 
 
