@@ -64,17 +64,24 @@ STOP_SIGNALS: tuple[int, ...] = (
     *([] if _SIGXCPU is None else [_SIGXCPU]),
 )
 
-# The interval timers' signals (`signal.alarm`, `setitimer`), each with its timer: dlperf arms
-# none, so one that comes was armed by a model's code, and by default it ends the process.
-TIMER_SIGNALS: dict[int, int] = (
+# The interval timers' signals (`signal.alarm`, `setitimer`), each with its timer's name in
+# `signal` (the one table: the registry's view of the timers a model file arms is this one).
+# dlperf arms none, and by default each signal ends the process.
+TIMER_SIGNALS: dict[int, str] = (
     {
-        signal.SIGALRM: signal.ITIMER_REAL,
-        signal.SIGVTALRM: signal.ITIMER_VIRTUAL,
-        signal.SIGPROF: signal.ITIMER_PROF,
+        signal.SIGALRM: "ITIMER_REAL",
+        signal.SIGVTALRM: "ITIMER_VIRTUAL",
+        signal.SIGPROF: "ITIMER_PROF",
     }
     if hasattr(signal, "setitimer")
     else {}
 )
+
+
+def timer_of(signum: int) -> int:
+    """The interval timer (`signal.ITIMER_REAL`, ...) that sends `signum`, a TIMER_SIGNALS key."""
+    which: int = getattr(signal, TIMER_SIGNALS[signum])
+    return which
 
 
 @dataclass
@@ -98,7 +105,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _state.settled:
         return
     if signum in TIMER_SIGNALS:  # once: an interval timer would go off again in the cleanup
-        signal.setitimer(TIMER_SIGNALS[signum], 0.0)
+        signal.setitimer(timer_of(signum), 0.0)
     if (signum == _SIGXCPU or signum in TIMER_SIGNALS) and _state.received is not None:
         # The kernel's repeat, each CPU second past the soft limit (or a timer going off), not
         # a user insisting as a second Ctrl-C does: it must not cut the first stop's cleanup.
@@ -303,7 +310,7 @@ def cause() -> str | None:
     SIGTERM, a closed terminal's SIGHUP need no word). None otherwise."""
     if _state.received in TIMER_SIGNALS:
         name = signal.Signals(_state.received).name
-        timer = {"SIGALRM": "ITIMER_REAL", "SIGVTALRM": "ITIMER_VIRTUAL"}.get(name, "ITIMER_PROF")
+        timer = TIMER_SIGNALS[_state.received]
         return (
             f"error: a {name} timer went off (signal.alarm or setitimer, exit "
             f"{128 + _state.received}): dlperf arms none, so the model's code did (a timeout "

@@ -20,6 +20,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd
 
+from dlperf import stopping
+from dlperf.models import registry
 from dlperf.models.registry import create_model, noting
 from tests.faults.test_break_it_31_models3 import _file
 
@@ -54,3 +56,9 @@ def test_a_private_layer_base_method_a_model_file_replaced_is_put_back(tmp_path:
     assert len(notes) == 1, notes
     for name in ("_BatchNorm.forward", "_ConvNd.extra_repr"):
         assert name in notes[0], notes
+
+
+def test_one_timer_table() -> None:
+    """The registry's timers are stopping's, by the same signals."""
+    assert not hasattr(registry, "_TIMERS")
+    assert set(registry._timers_now()) == set(stopping.TIMER_SIGNALS)

@@ -54,7 +54,7 @@ from dlperf.formatting import few
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text
 from dlperf.paths import not_regular
 from dlperf.procs import alive
-from dlperf.stopping import STOP_SIGNALS
+from dlperf.stopping import STOP_SIGNALS, TIMER_SIGNALS, timer_of
 
 Factory = Callable[..., nn.Module]
 AUTOMATIC = ("num_classes", "in_channels")  # what dlperf gives every factory that takes them
@@ -872,32 +872,25 @@ def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
 
 
 # The interval timers a model file may arm (`signal.alarm(3)` as a timeout guard around a
-# download, never cancelled), by the signal each sends: by default it ends the process
-_TIMERS = (
-    {
-        "SIGALRM": signal.ITIMER_REAL,
-        "SIGVTALRM": signal.ITIMER_VIRTUAL,
-        "SIGPROF": signal.ITIMER_PROF,
-    }
-    if hasattr(signal, "setitimer")
-    else {}
-)
+# download, never cancelled) are stopping.TIMER_SIGNALS's, by the signal each sends: by
+# default it ends the process.
 # How far a timer may read from what running down alone left of it (clock and timer differ)
 _TIMER_SLACK = 0.05
 
 
-def _timer_clock(sig: str) -> float:
+def _timer_clock(sig: int) -> float:
     """The clock the timer of `sig` runs down by: wall time, the process's user CPU time, or
     its user and system CPU time."""
-    if sig == "SIGALRM":
+    if sig == signal.SIGALRM:
         return time.monotonic()
     cpu = os.times()
-    return cpu.user if sig == "SIGVTALRM" else cpu.user + cpu.system
+    return cpu.user if sig == signal.SIGVTALRM else cpu.user + cpu.system
 
 
-def _timers_now() -> dict[str, tuple[float, float, float]]:
-    """Each timer of _TIMERS: seconds left (0: not armed), its interval, its clock's reading."""
-    return {sig: (*signal.getitimer(which), _timer_clock(sig)) for sig, which in _TIMERS.items()}
+def _timers_now() -> dict[int, tuple[float, float, float]]:
+    """Each timer by its signal (TIMER_SIGNALS): seconds left (0: not armed), its interval,
+    its clock's reading."""
+    return {sig: (*signal.getitimer(timer_of(sig)), _timer_clock(sig)) for sig in TIMER_SIGNALS}
 
 
 def _timer_said(left: float, every: float) -> str:
@@ -905,7 +898,7 @@ def _timer_said(left: float, every: float) -> str:
 
 
 def _timers_put_back(
-    held: dict[str, tuple[float, float, float]], path: Path, when: str
+    held: dict[int, tuple[float, float, float]], path: Path, when: str
 ) -> list[str]:
     """The timers (`_timers_now()`) the model file at `path` armed, changed or cancelled set
     back to what running down alone left of them, one note each. Armed and left so, its
@@ -913,22 +906,22 @@ def _timers_put_back(
     timer of the caller's (pytest-timeout's) runs on."""
     notes = []
     for sig, (left, every, at) in held.items():
-        now, now_every = signal.getitimer(_TIMERS[sig])
+        now, now_every = signal.getitimer(timer_of(sig))
         due = max(left - (_timer_clock(sig) - at), 0.0)
         if left and not due:
             continue  # it went off in the block: what it holds now is its own interval
         if now_every == every and abs(now - due) <= _TIMER_SLACK:
             continue
-        signal.setitimer(_TIMERS[sig], due, every if due else 0.0)
-        how = f"{when} (signal.alarm or setitimer)"
+        signal.setitimer(timer_of(sig), due, every if due else 0.0)
+        how, name = f"{when} (signal.alarm or setitimer)", signal.Signals(sig).name
         if not left:
             told = (
-                f"armed a {sig} timer {how}, {_timer_said(now, now_every)}; cancelled: by "
+                f"armed a {name} timer {how}, {_timer_said(now, now_every)}; cancelled: by "
                 "default its signal ends the process, dlperf mid-run with no word"
             )
         else:
             told = (
-                f"{'re-armed' if now else 'cancelled'} the process's {sig} timer {how}; put "
+                f"{'re-armed' if now else 'cancelled'} the process's {name} timer {how}; put "
                 f"back as it was, {_timer_said(due, every)}"
             )
         notes.append(f"model file {path} {told}")
