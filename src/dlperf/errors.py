@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import dis
 import errno
 import os
@@ -61,14 +62,31 @@ def missing_forward(e: BaseException, what: str) -> UserError | None:
     found = _NO_FORWARD.search(str(e)) if isinstance(e, NotImplementedError) else None
     if found is None:
         return None
+    tb = innermost(e)  # torch's placeholder forward, its `self` the module called
+    module = tb.tb_frame.f_locals.get("self") if tb is not None else None
     cls = found.group(1)
-    container = cls in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict")
     return UserError(
         f"{what} calls a module of class {cls}, and class {cls} defines no forward()",
-        f"call the {cls}'s layers one by one, or hold them in an nn.Sequential"
-        if container
-        else f"define forward in class {cls} (a misspelt `def foward`?)",
+        no_forward_fix(type(module)) if module is not None else f"define forward in class {cls}",
     )
+
+
+def no_forward_fix(cls: type) -> str:
+    """What to do about a module class `cls` without a forward: a container of torch's
+    (nn.ModuleList, nn.ModuleDict, a bare nn.Module) holds layers, not how to call them; a
+    class of the user's is told the name of its own closest to `forward` (`def foward`)."""
+    if cls.__module__.startswith("torch."):
+        return (
+            f"an nn.{cls.__name__} holds layers, not how to call them: call them one by one, "
+            "or hold them in an nn.Sequential"
+        )
+    # Its own names, not nn.Module's (whose _forward_hooks would be "close")
+    base = next((c for c in cls.__mro__ if c.__module__ == "torch.nn.modules.module"), object)
+    own = [n for n in dir(cls) if n not in dir(base) and callable(getattr(cls, n, None))]
+    close = difflib.get_close_matches("forward", own, n=1)
+    if close:
+        return f"it has `{close[0]}`: did you mean forward?"
+    return "define forward(self, x), which is called with a batch of images (N, C, H, W)"
 
 
 def raised_by_model(e: BaseException) -> bool:

@@ -317,6 +317,8 @@ def test_an_inner_module_without_forward_is_told_not_the_input(
     result = cli("analyze", f"inner.py:{factory}", "--input", "1,8,8")
     assert result.code == 2, result.err
     assert f"class {cls} defines no forward()" in result.err and "rejects" not in result.err
+    # The fix from the class itself (review R5 F4): its own close name, or torch's container
+    assert ("`foward`: did you mean forward?" if cls == "Block" else "nn.Sequential") in result.err
     made: dict[str, Any] = {}
     exec(INNER, made)  # the same model, given to run's dry forward
     model = made[factory]()
