@@ -310,14 +310,14 @@ def _logged_name(key: str) -> str:
 # --- analyze --------------------------------------------------------------------------------
 
 
-def _meta_copy(model: torch.nn.Module, caller: str) -> torch.nn.Module:
+def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
     """A copy of `model` whose parameters and buffers live on the meta device: the counting
     engine may move and run it, while the caller's model keeps its weights and device.
     deepcopy's memo hands it the meta tensors, so no weight is copied byte by byte. Tensors
     that share a storage share one on meta too, as a model file built there does: copied one
     at a time, a buffer viewing a parameter (or another buffer) was counted in bytes of its
     own, and two Parameters over one storage (a tied weight's transpose) lost their tie.
-    `caller`: the module that called analyze, whose hooks are left out (`_drop_callers_hooks`)."""
+    Returns the copy, and the hooks left out of it as the caller's (`_drop_callers_hooks`)."""
     import torch
     from torch import nn
 
@@ -363,12 +363,16 @@ def _meta_copy(model: torch.nn.Module, caller: str) -> torch.nn.Module:
             for key, tensor in kept.items():
                 if tensor is not None and id(tensor) in memo:
                     slots[key] = memo[id(tensor)]
-    _drop_callers_hooks(copied, caller)
-    return copied
+    return copied, _drop_callers_hooks(copied)
 
 
-# A module's hook dicts that a count runs (forward, and backward with `train`).
-_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+# A module's hook dicts that a count runs (forward, and backward with `train`), named.
+_HOOKS = {
+    "_forward_pre_hooks": "forward pre-hook",
+    "_forward_hooks": "forward hook",
+    "_backward_pre_hooks": "backward pre-hook",
+    "_backward_hooks": "backward hook",
+}
 # torch's global module hooks (register_module_forward_hook and friends), called for every
 # module of the process, the registration ones too (a lazy layer's weights, made by the count).
 _GLOBAL_HOOKS = (
@@ -379,56 +383,67 @@ _GLOBAL_HOOKS = (
 )
 
 
-def _drop_callers_hooks(copied: torch.nn.Module, caller: str) -> None:
-    """Remove from the copy the hooks the caller registered: deepcopy shares their functions,
-    which close over the caller's objects (an activation captured, a counter), and they ran
-    on meta tensors (a captured activation replaced by one, a hook reading values blamed on
-    the model's forward). The model's own are kept, being part of its forward (`_models_own`).
-    `caller`: the name of the module that called analyze (`__main__` for a script)."""
+def _drop_callers_hooks(copied: torch.nn.Module) -> list[str]:
+    """Remove from the copy the hooks that are not the model's own (`_models_own`): deepcopy
+    shares their functions, which close over the caller's objects (an activation captured, a
+    counter), and they ran on meta tensors (a captured activation replaced by one, a hook
+    reading values blamed on the model's forward). Returns those left out, named ("fc's
+    forward pre-hook flatten_in"), for the count's error to say."""
     from torch import nn
 
-    # Every class of the model, bases included: nn.Module's puts torch among the packages.
-    classes = {c for m in copied.modules() for c in type(m).__mro__ if issubclass(c, nn.Module)}
-    packages = {c.__module__.partition(".")[0] for c in classes}
-    # Of the classes written in the caller's module, the names their code holds and their
-    # qualified names, which their methods' lambdas and nested functions start with.
-    own = [c for c in classes if c.__module__ == caller]
-    named = {name for c in own for name in _names_in(c)}
-    prefixes = tuple(f"{c.__qualname__}." for c in own)
+    # The model's own classes (bases included), torch's left out: its code would name
+    # hundreds of things, and its hooks are kept as torch's anyway.
+    classes = {
+        c
+        for m in copied.modules()
+        for c in type(m).__mro__
+        if issubclass(c, nn.Module) and not _torchs(c)
+    }
+    named = {name for c in classes for name in _names_in(c)}
     modules = {id(module) for module in copied.modules()}
-    for module in copied.modules():
-        for name in _HOOKS:
-            hooks = getattr(module, name)
+    left: list[str] = []
+    for path, module in copied.named_modules():
+        for kind, said in _HOOKS.items():
+            hooks = getattr(module, kind)
             for key, hook in list(hooks.items()):
-                if not _models_own(hook, modules, packages, caller, (named, prefixes)):
+                if not _models_own(hook, modules, classes, named):
                     del hooks[key]
+                    left.append(f"{path or 'the model'}'s {said} {_name(hook)}")
+    return left
 
 
-def _models_own(
-    hook: Any,
-    modules: set[int],
-    packages: set[str],
-    caller: str,
-    written: tuple[set[str], tuple[str, ...]],
-) -> bool:
-    """Whether `hook` is the model's own rather than the caller's. Which code registered a
-    hook is recorded nowhere, so it is told by where the hook's code is written: a method of
-    one of the model's modules (deepcopy binds it to the copy); else a function (a partial's
-    function) written in a package that defines one of the model's classes, torch included
-    (spectral_norm's, pruning's, a lazy layer's hooks make the weights the forward uses). In
-    the caller's own module, which may define the model's class too (a script, a notebook,
-    a test), only one that class's code defines or names (`register_forward_pre_hook(fn)` in
-    its __init__): the rest of that module is the caller's."""
+def _torchs(code: Any) -> bool:
+    """Whether `code` (a function, a class) is written in torch."""
+    where = getattr(code, "__module__", None) or ""
+    return where == "torch" or where.startswith("torch.")
+
+
+def _unwrapped(hook: Any) -> Any:
+    """The code a hook runs: a partial's function, a callable object's class."""
     while isinstance(hook, functools.partial):
         hook = hook.func
-    if id(getattr(hook, "__self__", None)) in modules:
+    return hook if hasattr(hook, "__code__") or hasattr(hook, "__func__") else type(hook)
+
+
+def _name(hook: Any) -> str:
+    """A hook as the count's error names it: its function's name, or its object's class."""
+    code = _unwrapped(hook)
+    return getattr(code, "__qualname__", None) or type(hook).__qualname__
+
+
+def _models_own(hook: Any, modules: set[int], classes: set[type], named: set[str]) -> bool:
+    """Whether `hook` is the model's own rather than the caller's. Which code registered a
+    hook is recorded nowhere, so it is told by its code: torch's (weight_norm's,
+    spectral_norm's, pruning's, a lazy layer's hooks make the weights the forward uses), a
+    method of one of the model's modules, or code of one of the model's classes: nested in
+    one (a lambda of its __init__), or named by its code (`register_forward_pre_hook(fn)`,
+    `FlattenIn()`); a partial of any of these. The rest is the caller's, wherever written."""
+    code = _unwrapped(hook)
+    if id(getattr(code, "__self__", None)) in modules or _torchs(code):
         return True
-    where = getattr(hook, "__module__", None) or ""
-    if where != caller:
-        return where.partition(".")[0] in packages
-    named, prefixes = written
-    qualname = getattr(hook, "__qualname__", "")
-    return qualname.startswith(prefixes) or getattr(hook, "__name__", None) in named
+    where, qualname = getattr(code, "__module__", None), getattr(code, "__qualname__", "") or ""
+    nested = (where == c.__module__ and qualname.startswith(f"{c.__qualname__}.") for c in classes)
+    return any(nested) or getattr(code, "__name__", None) in named
 
 
 def _names_in(cls: type) -> set[str]:
@@ -543,11 +558,11 @@ def analyze(
 
     `model` is a registry or torchvision name (as `dlperf analyze` takes) or your own
     `nn.Module`, which is left untouched: the count runs on a meta-device copy, without the
-    hooks you registered on it or for every module. The model's own hooks still run, told by
-    where their code is written: its modules' methods, torch's (spectral_norm's, pruning's),
-    functions of a package defining one of its classes; in the module calling analyze, only
-    those its class's code there defines or names (docs/api.md, "Count a model without
-    touching it").
+    hooks you registered on it or for every module. The model's own hooks still run: torch's
+    (weight_norm's, pruning's), its modules' methods, and code of its classes: a lambda of
+    their __init__, a function or callable object their code names (or a partial of one).
+    Any other hook is taken as yours, wherever written; a count that then fails names the
+    hooks left out (docs/api.md, "Count a model without touching it").
     `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16",
     or torch.float32 | torch.bfloat16 | torch.float16.
     The rest mean what the command's options of the same names mean, with the same defaults:
@@ -586,12 +601,24 @@ def analyze(
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
     check_options(batch, train, precision, activations, macs_convention)
     check_no_cycle(model, type(model).__name__)  # the registry checks only what it builds
-    caller = sys._getframe(1).f_globals.get("__name__", "")  # whose hooks are left out
-    with _no_exit(), _no_global_hooks():
-        counted = count_model(
-            _meta_copy(model, caller), input_size, batch, train, precision, type(model).__name__,
-            bias, activations, macs_convention,
-        )  # fmt: skip
+    left: list[str] = []  # the hooks left out of the copy, named
+    try:
+        with _no_exit(), _no_global_hooks():
+            copied, left = _meta_copy(model)
+            counted = count_model(
+                copied, input_size, batch, train, precision, type(model).__name__, bias,
+                activations, macs_convention,
+            )  # fmt: skip
+    except UserError as e:
+        if not left:
+            raise
+        # A hook the model needs may be among them: the error's own fix (the input's
+        # shape, say) would then not work, and nothing else says they were left out.
+        raise UserError(
+            f"{e}; counted without the hooks left out as the caller's: {', '.join(left)}",
+            "a hook the model needs is kept when its class's code names it: docs/api.md, "
+            "'Count a model without touching it'",
+        ) from None
     return AnalysisResult(counted)
 
 

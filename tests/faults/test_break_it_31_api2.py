@@ -6,11 +6,15 @@ docs/export.md's `RunStore.open`, went around dlperf.track's check).
 F5. `dlperf.analyze(model)` left out the model's own hooks that are plain functions or
 lambdas (a pre-hook flattening the layer's input: the model was refused as rejecting its
 input), where it meant to leave out only the caller's.
+R4 F1, F2 (of F5's fix): a caller's capturing hook written in the model's package was kept
+again; a model's hook that is a callable object was left out, and the count's error blamed
+the input, not the hook left out.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +95,25 @@ def test_f5_the_models_own_function_hooks_still_run() -> None:
     assert len(model.fc._forward_pre_hooks) == 1 and len(model.fc._forward_hooks) == 2
 
 
+class _FlattenIn:
+    """The model's own input adapter as a callable object (R4 F2)."""
+
+    def __call__(self, module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor]:
+        return (args[0].flatten(1),)
+
+
+class _Called(nn.Module):
+    """A model of the caller's own file (a script, a notebook) whose class names its hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        self.fc.register_forward_pre_hook(_FlattenIn())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
 HOOKED = """
 import torch
 from torch import nn
@@ -100,12 +123,27 @@ def flatten_in(module, args):
     return (args[0].flatten(1),)
 
 
+class FlattenIn:
+    def __call__(self, module, args):
+        return (args[0].flatten(1),)
+
+
 def hook_up(model):  # a helper of the model's file: the class never names flatten_in
     model.fc.register_forward_pre_hook(flatten_in)
     return model
 
 
-class Net(nn.Module):
+class Named(nn.Module):  # its code names its hook: a function, a callable object
+    def __init__(self, obj=False):
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        self.fc.register_forward_pre_hook(FlattenIn() if obj else flatten_in)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Helped(nn.Module):  # its hook attached by a helper: its code never names it
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(64, 10)
@@ -115,17 +153,60 @@ class Net(nn.Module):
         return self.fc(x)
 """
 
+# The review's layout: model, hook helpers and the script calling analyze in one package.
+CAPTURE = """
+def capture(store, name):
+    def hook(module, args, out):
+        store[name] = out
+    return hook
+"""
 
-def test_f5_a_hook_of_the_models_package_runs(tmp_path: Path, monkeypatch: Any) -> None:
-    """A hook written in the package that defines the model's class (another module than the
-    caller's) is the model's, however its class came to register it."""
-    (tmp_path / "hooked_f5.py").write_text(HOOKED)
+
+@pytest.fixture
+def hooked(tmp_path: Path, monkeypatch: Any) -> Any:
+    """A package of the model's file and a hook helper's, as a project keeps them."""
+    package = tmp_path / "hooked31"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text(HOOKED)
+    (package / "hooks.py").write_text(CAPTURE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    import hooked_f5  # type: ignore[import-not-found]
+    import hooked31.hooks  # type: ignore[import-not-found]
+    import hooked31.models  # type: ignore[import-not-found]
 
-    assert dlperf.analyze(hooked_f5.Net(), (1, 8, 8)).totals["macs"] == 640
-    # nn.Linear (torch's class) with this test's function as its pre-hook: the caller's
-    layer = nn.Linear(64, 10)
-    layer.register_forward_pre_hook(_flatten_in)
-    with pytest.raises(UserError, match="rejects input"):
-        dlperf.analyze(layer, (1, 8, 8))
+    yield hooked31
+    for name in ("hooked31", "hooked31.models", "hooked31.hooks"):
+        sys.modules.pop(name, None)
+
+
+def test_f5_a_hook_the_models_class_names_runs(hooked: Any) -> None:
+    """R1 F5, R4 F2: a hook the model's class names in its code (a function, a callable
+    object of its file: before, the object was left out) runs on the copy: 640 MACs."""
+    for obj in (False, True):
+        assert dlperf.analyze(hooked.models.Named(obj), (1, 8, 8)).totals["macs"] == 640
+    assert dlperf.analyze(_Called(), (1, 8, 8)).totals["macs"] == 640
+
+
+def test_r4_a_capture_hook_of_the_models_package_is_left_out(hooked: Any) -> None:
+    """R4 F1: the caller's capturing hook, written in the model's own package. Before:
+    kept, the caller's captured activation replaced by the copy's meta tensor."""
+    net = hooked.models.Named()
+    acts: dict[str, torch.Tensor] = {}
+    net.fc.register_forward_hook(hooked.hooks.capture(acts, "fc"))
+    net(torch.zeros(1, 8, 8))
+    captured = acts["fc"]
+    assert dlperf.analyze(net, (1, 8, 8)).totals["macs"] == 640
+    assert acts["fc"] is captured and captured.device.type == "cpu"
+
+
+def test_r4_a_failed_count_names_the_hooks_left_out(hooked: Any) -> None:
+    """R4 F2: a hook the model needs but its class does not name (attached by a helper; on
+    torch's layer by the caller) is left out, and the count's error says so. Before: "the
+    model rejects input ... check input_size", whose fix did not work."""
+    left = r"left out as the caller's: fc's forward pre-hook flatten_in"
+    with pytest.raises(UserError, match=left):
+        dlperf.analyze(hooked.models.Helped(), (1, 8, 8))
+    seq = nn.Sequential(nn.Linear(64, 10))
+    seq[0].register_forward_pre_hook(_flatten_in)
+    with pytest.raises(UserError, match=r"left out as the caller's: 0's forward pre-hook _flat"):
+        dlperf.analyze(seq, (1, 8, 8))
