@@ -10,9 +10,11 @@ same way wherever they land.
   to the hard limit's SIGKILL are its cleanup's, and the kernel's repeats of SIGXCPU in them
   are ignored. (`ulimit -t N` sets both limits: SIGKILL comes at once, nothing can be said.)
 - A timer's signal (SIGALRM, SIGVTALRM, SIGPROF: `signal.alarm`, `setitimer`) at its default
-  action stops the command the same way, exit 128 + it, with one line naming the timer: dlperf
-  arms none, so the model's code did (a timeout guard in its forward, a thread its file
-  started), and by default it ended the process with no word ("Alarm clock"), the run `lost`.
+  action stops the command the same way, exit 128 + it, with one line naming the signal: dlperf
+  arms no timer, so the model's code did (a timeout guard in its forward, a thread its file
+  started), or a process sent it (`timeout -s ALRM`): a handler cannot tell which, so the line
+  names both, with the fix of each. By default it ended the process with no word ("Alarm
+  clock"), the run `lost`.
   The timer is cancelled as it goes off, so that an interval timer does not repeat in the
   stop's cleanup; a handler of the caller's (pytest-timeout's SIGALRM) is left as it is.
 - SIGHUP ignored when dlperf starts stays ignored: `nohup` sets that, and its user asked for
@@ -311,12 +313,15 @@ def cause() -> str | None:
     if _state.received in TIMER_SIGNALS:
         name = signal.Signals(_state.received).name
         timer = TIMER_SIGNALS[_state.received]
+        short = name.removeprefix("SIG")
+        # A handler is told the signal, not who sent it: a timer's and `kill`'s read the same
         return (
-            f"error: a {name} timer went off (signal.alarm or setitimer, exit "
-            f"{128 + _state.received}): dlperf arms none, so the model's code did (a timeout "
-            "guard in its forward, a thread its file started), and by default its signal ends "
-            f"the process: cancel it once done (signal.setitimer(signal.{timer}, 0)) or give "
-            f"{name} a handler"
+            f"error: a {name} came (exit {128 + _state.received}): a timer the model's code "
+            "armed (signal.alarm or setitimer: a timeout guard in its forward, a thread its "
+            f"file started; dlperf arms none) or a process that sent it (timeout -s {short}, "
+            f"kill -{short}); by default it ends the process. A timer's: cancel it once done "
+            f"(signal.setitimer(signal.{timer}, 0)) or give {name} a handler; a sender's: stop "
+            "dlperf with SIGTERM or SIGINT (timeout's default, Ctrl-C)"
         )
     if _SIGXCPU is None or _state.received != _SIGXCPU:
         return None

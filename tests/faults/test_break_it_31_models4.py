@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,25 @@ def test_a_private_layer_base_method_a_model_file_replaced_is_put_back(tmp_path:
     assert len(notes) == 1, notes
     for name in ("_BatchNorm.forward", "_ConvNd.extra_repr"):
         assert name in notes[0], notes
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX's interval timers")
+def test_a_timers_signal_line_names_a_timer_and_a_sender() -> None:
+    """Before: "dlperf arms none, so the model's code did", though `timeout -s ALRM` sends
+    the same signal, and a handler cannot tell the two apart."""
+    before = signal.getsignal(signal.SIGPROF)
+    try:
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)  # as a new process has it
+        stopping.install()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGPROF)
+        line = stopping.cause() or ""
+    finally:
+        signal.signal(signal.SIGPROF, before)
+    assert line.startswith("error: a SIGPROF came"), line
+    assert "so the model's code did" not in line
+    for part in ("setitimer(signal.ITIMER_PROF, 0)", "timeout -s PROF", "SIGTERM"):
+        assert part in line, line
 
 
 def test_one_timer_table() -> None:
