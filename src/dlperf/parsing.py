@@ -186,12 +186,15 @@ def printable_keys(
 ) -> None:
     """`printable_key` of every key of `tree` (a config), at any depth of its tables, its
     path of keys written by `spell`, the first refused after `where` ("point 1: "). Walked
-    without recursing, as `depth` walks."""
+    without recursing, as `depth` walks. A key that is not text is another check's
+    (`key_fault`, where the caller has one) or left to the store's JSON, which writes 1 as
+    '1', as it did before this check: a `RunStore` caller's config was stored so."""
     stack: list[tuple[dict[str, Any], tuple[str, ...]]] = [(tree, ())]
     while stack:
         table, path = stack.pop()
         for key, value in table.items():
-            printable_key(key, where + spell((*path, key)))
+            if isinstance(key, str):
+                printable_key(key, where + spell((*path, key)))
             if isinstance(value, dict):
                 stack.append((value, (*path, key)))
 

@@ -53,6 +53,19 @@ def test_f4_the_store_refuses_such_config_and_tag_keys(backend: str) -> None:
     assert store.get_run(record.id).tags == {}
 
 
+def test_r4_f6_the_store_keeps_a_config_key_that_is_not_text(backend: str) -> None:
+    """R4 F6: a key that is not a str (the store's JSON writes 1 as '1'). Before 71e1fcfa
+    stored; then an AttributeError ('int' object has no attribute 'isprintable'); now stored
+    again, its tables' keys still checked."""
+    from dlperf.store import RunStore
+
+    store = RunStore.open(backend)
+    run_id = store.create_run("r", "run", {1: {"a": 1}, "b": {2: 3}})  # type: ignore[dict-item]
+    assert store.get_run(run_id).config == {"1": {"a": 1}, "b": {"2": 3}}
+    with pytest.raises(UserError, match=r"key config\[1\]\['a\\t'\] holds U\+0009"):
+        store.create_run("r", "run", {1: {"a\t": 1}})  # type: ignore[dict-item]
+
+
 # --- F5: the model's own hooks on analyze's copy ----------------------------------------------
 
 
