@@ -15,7 +15,6 @@ import builtins
 import contextlib
 import contextvars
 import dataclasses
-import difflib
 import functools
 import hashlib
 import importlib.abc
@@ -48,6 +47,7 @@ from dlperf.errors import (
     UserError,
     exit_call,
     in_model_file,
+    no_forward_fix,
     raised_by_model,
 )
 from dlperf.formatting import few
@@ -1346,15 +1346,8 @@ def refuse_no_forward(model: nn.Module, what: str) -> None:
             "how to call them",
             "return the layers in an nn.Sequential, or a Module whose forward calls them",
         )
-    # Names of the model's own, not nn.Module's (its _forward_hooks would be "close")
-    own = [n for n in dir(cls) if n not in dir(nn.Module) and callable(getattr(cls, n, None))]
-    close = difflib.get_close_matches("forward", own, n=1)
-    raise UserError(
-        f"{what} (class {cls.__name__}) defines no forward()",
-        f"it has `{close[0]}`: did you mean forward?"
-        if close
-        else "define forward(self, x), which is called with a batch of images (N, C, H, W)",
-    )
+    # The fix as for a module inside the model (errors.missing_forward): one rule
+    raise UserError(f"{what} (class {cls.__name__}) defines no forward()", no_forward_fix(cls))
 
 
 def nesting(model: nn.Module) -> int:
