@@ -640,34 +640,30 @@ def run(
 
         from dlperf.config import apply_override, build_experiment, load_experiment
         from dlperf.experiment.run import run_experiment
-        from dlperf.store import RunStore
 
     overrides = _strings(overrides, "overrides are a list of --set strings", "['train.lr=0.01']")
     if not isinstance(experiment, (str, os.PathLike, Mapping)):
         raise UserError(
             f"run takes a TOML path or a dict of sections, not {type(experiment).__name__}"
         )
-    where = _open_store(store)
-    if isinstance(experiment, Mapping):
-        raw = copy.deepcopy(dict(experiment))
-        for assignment in overrides:
-            apply_override(raw, assignment)
-        exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
-        # a file's experiment: refused as it loads
-        printable_keys(exp.to_dict(), subscripted("experiment"))
-        _clash(exp.to_dict(), "experiment")
-    else:
-        exp = load_experiment(experiment, list(overrides))
-    grad = torch.is_grad_enabled()
-    try:
-        return run_experiment(exp, where, _RunWarnings(), by_api=True)
-    finally:
-        # The caller's grad mode, whatever the model file or its forward did to it: the
-        # process is the caller's (a notebook's), and its next run starts from that mode.
-        torch.set_grad_enabled(grad)
-        if not isinstance(store, Store | RunStore):  # opened here: closed, as track's
-            with suppress(Exception):
-                where.release()
+    with _opened_store(store) as where:
+        if isinstance(experiment, Mapping):
+            raw = copy.deepcopy(dict(experiment))
+            for assignment in overrides:
+                apply_override(raw, assignment)
+            exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
+            # a file's experiment: refused as it loads
+            printable_keys(exp.to_dict(), subscripted("experiment"))
+            _clash(exp.to_dict(), "experiment")
+        else:
+            exp = load_experiment(experiment, list(overrides))
+        grad = torch.is_grad_enabled()
+        try:
+            return run_experiment(exp, where, _RunWarnings(), by_api=True)
+        finally:
+            # The caller's grad mode, whatever the model file or its forward did to it: the
+            # process is the caller's (a notebook's), and its next run starts from that mode.
+            torch.set_grad_enabled(grad)
 
 
 class _RunWarnings(NullReporter):
@@ -831,7 +827,6 @@ def track(
     with stopping.deferred():
         import torch
 
-        from dlperf.store import RunStore
         from dlperf.store.query import TRACKED
         from dlperf.system import system_info
 
@@ -846,42 +841,34 @@ def track(
     printable_keys(config, subscripted("config"))
     _clash(config, "config")
     dev = _device(device)
-    where = _open_store(store)
-    # A store opened here is closed when the block ends: its connection stayed open while
-    # the caller held the run, and a loop of runs on a database that allows one connection
-    # failed at the second. A `Store` or `RunStore` passed in is the caller's to close.
-    opened = not isinstance(store, Store | RunStore)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
     # Marked as tracked: the user's config may hold every section of an experiment's, by
     # which the runs of before were told, and its val/* were then moved to epochs' steps.
     system = system_info(dev, torch.get_num_threads()) | {TRACKED: True}
-    # Entered and left by hand rather than by `with`: a child forked inside the block leaves
-    # it too, and must not mark the parent's run nor write its buffer (`_left_in_child`).
-    recording = where.new_run(name, "run", config, digest[:16], system)
-    record = recording.__enter__()
-    tracked = TrackedRun(record.id, where, dev)
-    try:
+    with _opened_store(store) as where:
+        # Entered and left by hand rather than by `with`: a child forked inside the block leaves
+        # it too, and must not mark the parent's run nor write its buffer (`_left_in_child`).
+        recording = where.new_run(name, "run", config, digest[:16], system)
+        record = recording.__enter__()
+        tracked = TrackedRun(record.id, where, dev)
         try:
-            yield tracked
-        finally:
-            if not tracked._forked():
-                tracked._end()
-        record.summary = tracked.summary()
-    except BaseException:
-        if tracked._forked():
-            _left_in_child(recording, tracked)
-            raise
-        if not recording.__exit__(*sys.exc_info()):
-            raise
-    else:
-        if tracked._forked():
-            _left_in_child(recording, tracked)
+            try:
+                yield tracked
+            finally:
+                if not tracked._forked():
+                    tracked._end()
+            record.summary = tracked.summary()
+        except BaseException:
+            if tracked._forked():
+                _left_in_child(recording, tracked)
+                raise
+            if not recording.__exit__(*sys.exc_info()):
+                raise
         else:
-            recording.__exit__(None, None, None)
-    finally:
-        if opened and not tracked._forked():
-            with suppress(Exception):  # a server gone: the block's own error is the one to see
-                where.release()
+            if tracked._forked():
+                _left_in_child(recording, tracked)
+            else:
+                recording.__exit__(None, None, None)
 
 
 def _left_in_child(recording: Any, tracked: TrackedRun) -> None:
@@ -1086,6 +1073,26 @@ def _store_url(url: str | os.PathLike[str] | None) -> str:
         # for, and refused): Path drops the ./ that would say so.
         path = os.path.join(".", path or "")
     return path or os.environ.get("DLPERF_DB") or ""
+
+
+@contextmanager
+def _opened_store(store: StoreLike | None) -> Iterator[RunStore]:
+    """`_open_store(store)`, released when the block ends if opened here (from a path or a
+    URL): its connection stayed open until a garbage collection, and a loop of runs on a
+    database that allows one connection failed at the second, a refused one's too. A `Store`
+    or `RunStore` passed in is the caller's to close; a child forked inside the block leaves
+    the store to the process that opened it."""
+    with stopping.deferred():  # as every import of the store (the module's docstring)
+        from dlperf.store import RunStore
+
+    where = _open_store(store)
+    opener = os.getpid()
+    try:
+        yield where
+    finally:
+        if not isinstance(store, Store | RunStore) and os.getpid() == opener:
+            with suppress(Exception):  # a server gone: the block's own error is the one to see
+                where.release()
 
 
 def _open_store(store: StoreLike | None) -> RunStore:

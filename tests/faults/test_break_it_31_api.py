@@ -6,6 +6,8 @@ moved, and a hook reading values was blamed on the model's forward or its input.
 C2 (P3). A tracked run's `final` kept -0.0 where its stored metric is 0.0.
 C4 (P3). Metric, phase and config keys holding a control or format character (tab, newline,
 CR, U+200F, U+200B) were stored, then shown escaped and could not be named again.
+R5 F2 (of be06f7d9). `dlperf.run` left the store it opened connected when the experiment was
+refused (a bad --set, a missing file): only its run's end released it.
 """
 
 from __future__ import annotations
@@ -221,3 +223,35 @@ def test_c4_a_sweep_axis_holding_one_is_refused(cli: Cli, tmp_path: Path) -> Non
     sweep.write_text('base = "exp.toml"\n[grid]\n"model.kwargs.a\\u200bk" = [1, 3]\n')
     one_line(cli("sweep", str(sweep)), 2, "point 1", "key model.kwargs.", "holds U+200B")
     assert cli("runs", "list", "--json").out.strip() in ("", "[]")
+
+
+# --- R5 F2: the store dlperf.run opened, on a refused experiment -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("experiment", "overrides", "said"),
+    [
+        ({"model": {"name": "mlp"}}, ["nokey"], "expected KEY=VALUE"),
+        ("nonexistent.toml", [], "nonexistent.toml"),
+    ],
+)
+def test_r5_run_releases_the_store_it_opened_when_refused(
+    experiment: Any, overrides: list[str], said: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The review's repro: a refused experiment left the store's connection checked in to its
+    pool (PostgreSQL: one more in pg_stat_activity until a garbage collection)."""
+    from dlperf import api
+    from dlperf.store import RunStore
+
+    opened: list[RunStore] = []
+    real = api._open_store
+
+    def spy(store: Any) -> RunStore:
+        opened.append(real(store))
+        return opened[-1]
+
+    monkeypatch.setattr(api, "_open_store", spy)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=said):
+        dlperf.run(experiment, overrides, store=str(tmp_path / "r.db"))
+    assert opened[0].engine.pool.checkedin() == 0  # type: ignore[attr-defined]
