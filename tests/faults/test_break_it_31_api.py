@@ -240,17 +240,9 @@ def test_r5_run_releases_the_store_it_opened_when_refused(
 ) -> None:
     """The review's repro: a refused experiment left the store's connection checked in to its
     pool (PostgreSQL: one more in pg_stat_activity until a garbage collection)."""
-    from dlperf import api
-    from dlperf.store import RunStore
+    from tests.faults.test_break_it_31_lead import stores_opened
 
-    opened: list[RunStore] = []
-    real = api._open_store
-
-    def spy(store: Any) -> RunStore:
-        opened.append(real(store))
-        return opened[-1]
-
-    monkeypatch.setattr(api, "_open_store", spy)
+    opened = stores_opened(monkeypatch)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match=said):
         dlperf.run(experiment, overrides, store=str(tmp_path / "r.db"))

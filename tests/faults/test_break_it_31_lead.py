@@ -257,12 +257,8 @@ def test_a_host_list_is_told_from_a_password_holding_a_comma(url: str, said: str
         RunStore.open(url)
 
 
-def test_dlperf_run_closes_the_store_it_opened(
-    tiny_exp: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Review: as `track`'s, `dlperf.run(..., store=URL)`'s connection stayed open after it
-    returned, until a garbage collection."""
-    import dlperf
+def stores_opened(monkeypatch: pytest.MonkeyPatch) -> list[RunStore]:
+    """The stores dlperf.run and track open from here on, as they open them."""
     from dlperf import api
 
     opened: list[RunStore] = []
@@ -273,6 +269,17 @@ def test_dlperf_run_closes_the_store_it_opened(
         return opened[-1]
 
     monkeypatch.setattr(api, "_open_store", spy)
+    return opened
+
+
+def test_dlperf_run_closes_the_store_it_opened(
+    tiny_exp: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: as `track`'s, `dlperf.run(..., store=URL)`'s connection stayed open after it
+    returned, until a garbage collection."""
+    import dlperf
+
+    opened = stores_opened(monkeypatch)
     dlperf.run(tiny_exp(epochs=1), store=str(tmp_path / "r.db"))
     assert opened[0].engine.pool.checkedin() == 0  # type: ignore[attr-defined]
 
