@@ -271,7 +271,7 @@ FLAGS = [
 # Checked where they are used (the registries, the device, the file system), not on loading.
 TEXTS = ["model.name", "model.weights", "data.name", "data.root"]
 TEXTS += ["run.device", "run.out_dir"]
-TEXTS += ["scale.device", "scale.rdzv", "serve.host", "distill.unlabeled", "distill.student"]
+TEXTS += ["scale.device", "scale.rdzv", "distill.unlabeled", "distill.student"]
 TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
 TEXTS += ["predict.device", "infer.torch", "converge.x", "converge.y", "converge.key"]
 NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
@@ -287,6 +287,8 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     # a name is shown in terminals, HTML and MLflow: no character of Unicode's category C
     # (controls, format characters such as U+202E, private and unassigned ones; since round 26)
     "run.name": st.text(st.characters(blacklist_categories=["Cc", "Cf", "Cs", "Co", "Cn"])),
+    # an address: not blank, no white space at an edge (round 31)
+    "serve.host": st.text(min_size=1).filter(lambda t: t.strip() == t),
 }
 INVALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: r.invalid() for key, r in NUMERIC.items()},
@@ -297,6 +299,7 @@ INVALID: dict[str, st.SearchStrategy[Any]] = {
     "run.name": st.tuples(
         st.text(max_size=5), st.characters(whitelist_categories=["Cc"]), st.text(max_size=5)
     ).map("".join),
+    "serve.host": st.sampled_from(["", " ", " 127.0.0.1", "::1\n"]),
 }
 
 
@@ -363,7 +366,8 @@ def exp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_key_has_a_specified_range_or_kind() -> None:
-    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, "model.kwargs", "run.name"}
+    own = {"model.kwargs", "run.name", "serve.host"}  # each with strategies of its own
+    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, *own}
     assert {key for key, _ in describe()} == specified
 
 
