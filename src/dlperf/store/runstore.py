@@ -98,6 +98,7 @@ from dlperf.store.schema import (
 )
 from dlperf.store.urls import (
     absent,
+    host_part,
     masked_slashless,
     missing_slashes,
     refuse_edged,
@@ -179,17 +180,6 @@ READ_LOCK = "SELECT 1 FROM sqlite_master LIMIT 1"
 T = TypeVar("T")
 
 
-# user[:password]@ then host[:port] as SQLAlchemy's URL pattern reads them: a password runs
-# to its first @ and may hold / and , (a split at the first / cut inside it).
-_HOST_PART = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?([^/?]*)")
-
-
-def _host_part(url: str) -> str:
-    """The host[:port] part of `url` (libpq's host list, h1:5432,h2:5433, in it)."""
-    match = _HOST_PART.match(url.partition("://")[2])
-    return match.group(1) if match else ""
-
-
 def _parsed(url: str) -> URL:
     """`url` parsed, or the one line for one SQLAlchemy cannot read: its own ValueError for a
     port that is not a number (an unclosed IPv6 bracket reads as one) was a traceback."""
@@ -199,7 +189,7 @@ def _parsed(url: str) -> URL:
         raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
     except ValueError:
         # libpq's host list (h1:5432,h2:5433) reads as a port "5432,h2:5433" to SQLAlchemy
-        if "," in _host_part(url):
+        if "," in host_part(url):
             raise UserError(
                 f"cannot open run store {masked_url(url)!r}: it lists its hosts in the URL's "
                 "host part, as libpq does",

@@ -30,6 +30,9 @@ PASSWORD = re.compile(r"(://[^:/@?#]*:)[^@]*@(?:[^/?#]*@)?")
 # After make_url found a password: the user, then the password up to its first @, then the
 # host up to the last @ before the path (an unescaped @ in the password, as above).
 USERINFO = re.compile(r"([^:/]*:)[^@]*@(?:[^/?]*@)?")
+# user[:password]@ then host[:port], as SQLAlchemy's URL pattern reads them: a password runs
+# to its first @ and may hold / and , (a split at the first / cut inside it).
+HOST_PART = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?([^/?]*)")
 # Query options whose value is a secret, by a part of their name (case aside, as written or
 # %-escaped): libpq's password and sslpassword, MySQL drivers' passwd, a token or secret.
 SECRET_OPTION = re.compile(r"password|passwd|secret|token", re.IGNORECASE)
@@ -38,6 +41,13 @@ SECRET_OPTION = re.compile(r"password|passwd|secret|token", re.IGNORECASE)
 def secret_option(key: str) -> bool:
     """Whether the query option `key` holds a secret, whose value is never printed."""
     return SECRET_OPTION.search(unquote_plus(key)) is not None
+
+
+def host_part(url: str) -> str:
+    """The host[:port] part of `url` (libpq's host list, h1:5432,h2:5433, in it), found as
+    USERINFO and PASSWORD find the user and password before it."""
+    match = HOST_PART.match(url.partition("://")[2])
+    return match.group(1) if match else ""
 
 
 def masked_url(url: str) -> str:
