@@ -195,7 +195,10 @@ class TorchvisionLoader:
 
         steps: list[Any] = []
         if augment and augment.crop_padding:
-            size = side or (split.images.shape[-1] if split.images is not None else None)
+            # The image's own H x W, as the tensor path's random_crop: an int is a square of
+            # that side, which cropped an 8x12 image's padding to 12x12 (or failed). Streamed
+            # files decode to side x side.
+            size = tuple(split.images.shape[-2:]) if split.images is not None else (side, side)
             steps.append(T.RandomCrop(size, padding=augment.crop_padding))
         if augment and augment.flip:
             steps.append(T.RandomHorizontalFlip())
