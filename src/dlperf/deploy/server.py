@@ -16,8 +16,9 @@ Content-Length, or one that opens a connection and sends nothing, is answered 40
 disconnected rather than held open for ever), and a cap on open connections (a connection past
 it is answered 503 and closed as it opens, without waiting for its request). An answer sent
 before its request's body arrived (a 413 for a Content-Length over the limit, a 404) says
-`Connection: close` and ends the connection, with no second answer. A server out of files says
-so once, and again when it accepts connections again (`_AcceptWatch`).
+`Connection: close` and ends the connection, with no second answer. A request asking to upgrade
+its connection (h2c, websocket) is answered as HTTP/1.1, said once per server. A server out of
+files says so once, and again when it accepts connections again (`_AcceptWatch`).
 
 This module puts the server together and runs it (start, drain, the signal it stopped on);
 the parts live beside it: `served_model` (the session and its description), `protocol`
@@ -41,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 import h11
 import numpy as np
@@ -427,6 +428,7 @@ class _GuardedH11(H11Protocol):
     read_timeout_s: float = _DEFAULTS.read_timeout_s
     max_connections: int = _DEFAULTS.max_connections
     metrics: Metrics | None = None  # None: an app of another's, with no dlperf metrics
+    upgrade_noted: ClassVar[bool] = False  # whether this server said it does not upgrade
     conn: _EarlyClosing
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
@@ -525,6 +527,22 @@ class _GuardedH11(H11Protocol):
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """A request asking to upgrade its connection (h2c, websocket) is answered as HTTP/1.1,
+        and said once per server: uvicorn said two lines per request, advising a WebSocket
+        library the server has no use for (an h2c upgrade too), and any client could fill
+        the log with them."""
+        server = type(self)  # one class per server (`_guarded`)
+        if server.upgrade_noted:
+            return
+        server.upgrade_noted = True
+        asked = (self._get_upgrade() or b"").decode("latin-1")[:40]
+        _log.warning(
+            "a client asked to upgrade the connection to %s; dlperf serve speaks HTTP/1.1 only: "
+            "answered without upgrading (said once)",
+            asked,
+        )
 
     def send_400_response(self, msg: str) -> None:
         # h11 could not parse the request: its head (no route saw it), or, after the head, its
@@ -672,6 +690,7 @@ def uvicorn_config(
         app,
         # create_app's metrics; an app made otherwise has none to count in
         http=_guarded(read_timeout_s, max_connections, getattr(app.state, "metrics", None)),
+        ws="none",  # no WebSocket routes: an upgrade to one is answered as HTTP/1.1
         log_level="warning",
         access_log=False,
     )
