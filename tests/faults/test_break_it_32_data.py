@@ -3,10 +3,18 @@
 C1. The torchvision loader cropped an .npz's non-square images (8x12) to a W x W square: it
     trained on 12x12 images and evaluated on 8x12, exit 0, and with crop_padding 1 failed with
     a traceback. It crops each image's own H x W now, as the tensor loader does.
+C2. `detect make-shapes --size N` took about 70 bytes a pixel (float64 noise and its
+    temporaries) and checked only the disk: at --size 20000 the kernel killed it at 19 GB, no
+    line, empty folders left. The noise is made a block of rows at a time into the image, and
+    a --size whose one image cannot be made in the machine's memory is refused before any
+    folder is made.
 """
 
 from __future__ import annotations
 
+import math
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +23,11 @@ import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data, make_loader
+from dlperf.detect import voc
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
 
 CPU = torch.device("cpu")
 
@@ -44,3 +57,36 @@ def test_non_square_images_are_cropped_to_their_own_shape(
     evaluate = make_loader(data, data.test, cfg, 5, CPU)
     assert {tuple(x.shape[1:]) for x, _ in train} == {(3, 8, 12)}
     assert {tuple(x.shape[1:]) for x, _ in evaluate} == {(3, 8, 12)}
+
+
+# --- C2: make-shapes' memory at a large --size --------------------------------------------------
+
+
+def test_make_shapes_refuses_a_size_it_cannot_make_in_memory(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: at --size 20000 killed by the kernel at 19 GB (signal 9, no line), empty
+    Annotations/ JPEGImages/ ImageSets/ left. Here on a machine said to have 1 GiB (nothing
+    is allocated: it is refused first)."""
+    monkeypatch.setattr(voc, "machine_memory", lambda: 2**30)
+    root = tmp_path / "sh"
+    r = cli("detect", "make-shapes", str(root), "--images", "2", "--size", "20000")
+    needed = voc.MAKE_BYTES * 20000**2 / 2**30
+    fits = math.isqrt(2**30 // voc.MAKE_BYTES)
+    one_line(r, 2, f"--size 20000: one image of 20000×20000 takes about {needed:.1f} GiB to "
+             "make, more than this machine's 1.0 GiB of memory",
+             f"give --size {fits} or less")  # fmt: skip
+    assert not root.exists()
+
+
+def test_make_shapes_noise_takes_memory_in_blocks(tmp_path: Path) -> None:
+    """Before: float64 noise and two temporaries of the whole image, 72 bytes a pixel (75 MB
+    at 1024 px), traced by numpy; now a block's (6 MB) and the JPEG in memory (1.3 MB)."""
+    size = 1024
+    tracemalloc.start()
+    try:
+        voc.make_shapes(tmp_path / "sh", images=2, size=size, seed=1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 * size * size, peak

@@ -40,6 +40,7 @@ from dlperf.errors import UserError, not_utf8
 from dlperf.formatting import few
 from dlperf.parsing import name_text, plain_number
 from dlperf.paths import link_loop, link_to_nothing, not_regular, replaced, writing
+from dlperf.system import machine_memory
 
 BACKGROUND = "__background__"
 AP_METHODS = ("area", "11point")
@@ -821,7 +822,7 @@ def make_shapes(
     """Write a VOC-layout set of filled squares and discs on noisy backgrounds, 1-3 per
     image, non-overlapping. About one object in ten is drawn in a colour close to the
     background and marked difficult, which is what VOC's flag means."""
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
     if images < 2:
         raise UserError("make-shapes needs at least 2 images (one for train, one for val)")
@@ -837,6 +838,7 @@ def make_shapes(
             f"{root} already holds a VOC set ({', '.join(map(str, held))})",
             "give a new or empty folder",
         )
+    _check_memory(size)
     _check_room(root, images, size)
     rng = np.random.default_rng(seed)
     for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
@@ -845,9 +847,7 @@ def make_shapes(
     for n in range(images):
         image_id = f"{n:06d}"
         base = rng.uniform(60, 190, size=3)
-        noise = rng.normal(0, 18, size=(size, size, 3))
-        pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
-        image = Image.fromarray(pixels)
+        image = _noisy(rng, base, size)
         draw = ImageDraw.Draw(image)
         objects: list[VocObject] = []
         for _ in range(int(rng.integers(1, 4))):
@@ -869,6 +869,7 @@ def make_shapes(
             objects.append(VocObject(name, box, bool(difficult)))
             counts[name] += 1
         _save_jpeg(image, root / "JPEGImages" / f"{image_id}.jpg")
+        del draw, image  # before the next is made: two at once took twice the memory
         (root / "Annotations" / f"{image_id}.xml").write_text(
             _annotation_xml(image_id, size, objects)
         )
@@ -885,6 +886,42 @@ def make_shapes(
         "train": len(splits["train"]),
         "val": len(splits["val"]),
     }
+
+
+# Values of noise drawn at a time: made for the whole image at once, the float64 noise and its
+# two temporaries took 72 bytes a pixel (19 GB at --size 20000, until the kernel killed it).
+_NOISE_BLOCK = 2**18
+# Bytes a pixel of --size making one image takes: Pillow's RGB image (4 bytes a pixel) and its
+# JPEG encoded in memory (up to 1) with the copy written (1 more); 4.8 measured at 8,000 px.
+MAKE_BYTES = 6
+
+
+def _noisy(rng: np.random.Generator, base: np.ndarray, size: int) -> Any:
+    """A size x size RGB image of `base` plus Gaussian noise (sigma 18), clipped to 0..255,
+    drawn a block of rows at a time: the same values, from the same generator, as the whole
+    image drawn at once, in memory that follows the image's own."""
+    from PIL import Image
+
+    image = Image.new("RGB", (size, size))
+    rows = max(1, _NOISE_BLOCK // (size * 3))
+    for top in range(0, size, rows):
+        noise = rng.normal(0, 18, size=(min(rows, size - top), size, 3))
+        image.paste(Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8)), (0, top))
+    return image
+
+
+def _check_memory(size: int) -> None:
+    """Refuse, before any folder is made, a --size whose one image cannot be made in this
+    machine's memory (as data.image_size is refused where one decoded image cannot fit)."""
+    memory = machine_memory()
+    needed = MAKE_BYTES * size * size
+    if needed <= memory:
+        return
+    raise UserError(
+        f"--size {size}: one image of {size}×{size} takes about {needed / 2**30:,.1f} GiB to "
+        f"make, more than this machine's {memory / 2**30:,.1f} GiB of memory",
+        f"give --size {math.isqrt(memory // MAKE_BYTES)} or less",
+    )
 
 
 def _save_jpeg(image: Any, path: Path) -> None:
