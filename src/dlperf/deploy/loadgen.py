@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import io
 import ipaddress
+import math
 import os
 import ssl
 import time
@@ -47,6 +48,7 @@ from dlperf.paths import image_file
 from dlperf.procs import stopped
 from dlperf.progress import NullReporter, Reporter
 
+MIN_DURATION_S = 0.1  # a level's least --duration
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
 HEADERS = {"content-type": "application/octet-stream"}
 REFUSED = httpx.ConnectError.__name__  # a request's status when no server took its connection
@@ -131,6 +133,12 @@ def run(
 ) -> list[LevelResult]:
     """Load the server at each concurrency level in turn."""
     endpoint = target(url)
+    # Not click's min=: its FloatRange lets nan and inf through (inf: a level without end).
+    if not (math.isfinite(duration_s) and duration_s >= MIN_DURATION_S):
+        raise UserError(
+            f"--duration: must be a finite number of seconds, {MIN_DURATION_S:g} or more "
+            f"(got {duration_s:g})"
+        )
     if image is not None:  # stat'ed, never opened: a FIFO would block
         image_file(image, "give one image file of it")
     body = image.read_bytes() if image is not None else sample_image()

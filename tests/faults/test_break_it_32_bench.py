@@ -1,0 +1,54 @@
+"""Break-it round 32 (P4), `serve bench`.
+
+C2: `--duration nan` was blamed on slow client start ("give a longer --duration"), and
+`--duration inf` was taken: a level that never ended, without a word (click's FloatRange lets
+both through its `min=`).
+
+The server is httpx's MockTransport in this process (no network, no timer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from dlperf.deploy import loadgen
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+PREDICTION = {"model_name": "m", "predictions": []}
+Handler = Callable[[int], httpx.Response | None]
+
+
+def answering(monkeypatch: pytest.MonkeyPatch, answer: Handler) -> list[int]:
+    """Every client the load generator makes is answered by `answer(n)` for the n-th request
+    of the run (counted from 0, the probe's); None answers a prediction. The requests' n."""
+    seen: list[int] = []
+    count = itertools.count()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0)  # as a request over the network does: the clients take turns
+        n = next(count)
+        seen.append(n)
+        return answer(n) or httpx.Response(200, json=PREDICTION)
+
+    monkeypatch.setattr(
+        loadgen, "_client", lambda: httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    )
+    return seen
+
+
+@pytest.mark.parametrize("duration", ["nan", "inf", "-inf", "0.01", "0"])
+def test_a_duration_not_a_finite_tenth_or_more_is_refused_before_any_request(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, duration: str
+) -> None:
+    seen = answering(monkeypatch, lambda n: None)
+    r = cli("serve", "bench", "http://127.0.0.1:9", f"--duration={duration}")
+    assert (r.code, r.out, seen) == (2, "", [])
+    assert r.err == (
+        f"error: --duration: must be a finite number of seconds, 0.1 or more (got {duration})\n"
+    )
