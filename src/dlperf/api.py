@@ -70,6 +70,26 @@ def _whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _dims(value: Any) -> tuple[int, ...] | None:
+    """The shape of a tensor or an array of one dimension or more (None: not one)."""
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if isinstance(shape, tuple) and shape else None  # torch.Size a tuple too
+
+
+def _as_given(value: Any, typed: bool = False) -> str:
+    """A refused value as an error names it, on one short line: a tensor or an array by its
+    type and shape (its repr is its values, a line per row), anything else as reprlib shortens
+    it (a list of 2,000 numbers was 11,000 characters), after its type's name if `typed`."""
+    dims = _dims(value)
+    if dims is not None:
+        kind = type(value)
+        return f"a {kind.__module__}.{kind.__qualname__} of shape {dims}"
+    shown = reprlib.repr(value)
+    if "\n" in shown:  # an object's own repr, such as a module's
+        shown = " ".join(shown.split())
+    return f"{type(value).__name__} {shown}" if typed else shown
+
+
 def _shape(input_size: Any) -> list[int] | None:
     """One sample's shape as a list of whole numbers ≥ 1 (None: not given)."""
     if input_size is None:
@@ -80,15 +100,17 @@ def _shape(input_size: Any) -> list[int] | None:
         return [int(n) for n in input_size]
     else:
         given = tuple(input_size)
+    hint = "e.g. (3, 32, 32)"
+    if _dims(given) is not None:  # an example input, as torchinfo takes one: its shape is the fix
+        hint = "give one sample's shape, without the batch: x.shape[1:]"
     raise UserError(
-        f"input_size must be one sample's shape in whole numbers ≥ 1, got {given!r}",
-        "e.g. (3, 32, 32)",
+        f"input_size must be one sample's shape in whole numbers ≥ 1, got {_as_given(given)}", hint
     )
 
 
 def _run_id(run_id: Any) -> int:
     if not _whole(run_id):
-        raise UserError(f"a run id is a whole number, got {run_id!r}")
+        raise UserError(f"a run id is a whole number, got {_as_given(run_id)}")
     return int(run_id)
 
 
@@ -97,8 +119,7 @@ def _run_ids(given: Any) -> list[int]:
     character at a time: "1,2" failed as a TypeError, b"12" read as runs 49 and 50."""
     if isinstance(given, _TEXT) or not isinstance(given, Iterable):
         raise UserError(
-            f"run ids are a list of whole numbers, got {type(given).__name__} "
-            f"{reprlib.repr(given)}",
+            f"run ids are a list of whole numbers, got {_as_given(given, typed=True)}",
             "e.g. [1, 2]",
         )
     return [_run_id(run_id) for run_id in given]
@@ -110,9 +131,7 @@ def _optional_whole(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if not _whole(value):
-        raise UserError(
-            f"{what} is a whole number, got {type(value).__name__} {reprlib.repr(value)}"
-        )
+        raise UserError(f"{what} is a whole number, got {_as_given(value, typed=True)}")
     return int(value)
 
 
@@ -124,7 +143,7 @@ def _strings(given: Any, what: str, example: str) -> list[str]:
     if not isinstance(given, _TEXT) and isinstance(given, Iterable):
         items = list(given)
     if items is None or not all(isinstance(item, str) for item in items):
-        raise UserError(f"{what}, got {reprlib.repr(given)}", f"e.g. {example}")
+        raise UserError(f"{what}, got {_as_given(given)}", f"e.g. {example}")
     return items
 
 
@@ -198,7 +217,7 @@ def _device(device: Any) -> torch.device:
     if not isinstance(device, (str, torch.device)):  # torch reads 5 as cuda:5
         raise UserError(
             "device is a name such as 'cpu' or 'cuda:0', or a torch.device, "
-            f"got {type(device).__name__} {device!r}"
+            f"got {_as_given(device, typed=True)}"
         )
     try:
         picked = pick_device(str(device))
@@ -222,9 +241,7 @@ def _key_name(key: Any, what: str = "metric key") -> str:
     metric = what == "metric key"
     example = "log(step, loss=0.5)" if metric else "run.phase('forward')"
     if not isinstance(key, str):
-        raise UserError(
-            f"a {what} is text, got {type(key).__name__} {reprlib.repr(key)}", f"e.g. {example}"
-        )
+        raise UserError(f"a {what} is text, got {_as_given(key, typed=True)}", f"e.g. {example}")
     if not key:
         raise UserError(f"a {what} is not empty", f"name it, e.g. {example}")
     name = _logged_name(key)
@@ -274,11 +291,11 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
         except OverflowError:
             raise UserError(
                 f"metric {name} is a number a float can hold (up to {sys.float_info.max:.4g}), "
-                f"got {type(value).__name__} {reprlib.repr(value)}"
+                f"got {_as_given(value, typed=True)}"
             ) from None
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
-    raise UserError(f"metric {name} is a number, got {type(value).__name__} {reprlib.repr(value)}")
+    raise UserError(f"metric {name} is a number, got {_as_given(value, typed=True)}")
 
 
 def _step(step: Any) -> int:
@@ -299,7 +316,7 @@ def _step(step: Any) -> int:
         with suppress(OverflowError):  # float() of a Fraction past a float's range
             if isinstance(value, numbers.Real) and float(value).is_integer():  # not NaN, inf
                 return int(float(value))
-    raise UserError(f"a step is a whole number, got {reprlib.repr(step)}")
+    raise UserError(f"a step is a whole number, got {_as_given(step)}")
 
 
 def _logged_name(key: str) -> str:
@@ -538,8 +555,8 @@ def _precision(dtype: object) -> str:
         if dtype is torch_dtype or (isinstance(dtype, str) and dtype == name):
             return name
     raise UserError(
-        f"dtype {dtype!r}: use 'fp32', 'bf16' or 'fp16' (or torch.float32, torch.bfloat16, "
-        "torch.float16)"
+        f"dtype {_as_given(dtype)}: use 'fp32', 'bf16' or 'fp16' (or torch.float32, "
+        "torch.bfloat16, torch.float16)"
     )
 
 
@@ -582,11 +599,11 @@ def analyze(
     precision = _precision(dtype)
     input_size = _shape(input_size)
     if not isinstance(bias, bool):  # "no" would count the biases, silently
-        raise UserError(f"bias is True or False, got {bias!r}")
+        raise UserError(f"bias is True or False, got {_as_given(bias)}")
     if not isinstance(train, bool):
-        raise UserError(f"train is True or False, got {train!r}")
+        raise UserError(f"train is True or False, got {_as_given(train)}")
     if not _whole(batch):
-        raise UserError(f"batch is a whole number ≥ 1, got {batch!r}")
+        raise UserError(f"batch is a whole number ≥ 1, got {_as_given(batch)}")
     batch = int(batch)
     if isinstance(model, str):
         with _no_exit(), _no_global_hooks():
@@ -720,7 +737,7 @@ class TrackedRun:
         at = _step(step)
         if not STEP_MIN <= at <= STEP_MAX:  # else it failed the run at the block's flush
             raise UserError(
-                f"a step is between {STEP_MIN:,} and {STEP_MAX:,}, got {reprlib.repr(step)}",
+                f"a step is between {STEP_MIN:,} and {STEP_MAX:,}, got {_as_given(step)}",
                 "the run store keeps a step as a 32-bit integer, PostgreSQL's INTEGER",
             )
         # Every metric is checked before any is kept, and here rather than at the block's
@@ -831,9 +848,9 @@ def track(
         from dlperf.system import system_info
 
     if not isinstance(name, str) or not name.strip() or has_control(name):
-        raise UserError(f"a run's name is printable text, got {name!r}")
+        raise UserError(f"a run's name is printable text, got {_as_given(name)}")
     if config is not None and not isinstance(config, Mapping):
-        raise UserError(f"config is a dict of JSON values, got {type(config).__name__} {config!r}")
+        raise UserError(f"config is a dict of JSON values, got {_as_given(config, typed=True)}")
     config = dict(config or {})
     fault = _json_fault(config)
     if fault is not None:
@@ -963,9 +980,7 @@ class Store:
         given = () if where is None else where
         filters = _strings(given, "where is a list of --where filters", "['train.lr=0.1']")
         if kind is not None and not isinstance(kind, str):
-            raise UserError(
-                f"kind is text such as 'run', got {type(kind).__name__} {reprlib.repr(kind)}"
-            )
+            raise UserError(f"kind is text such as 'run', got {_as_given(kind, typed=True)}")
         return list_runs(
             self._read,
             kind=kind,
@@ -1065,7 +1080,7 @@ def _store_url(url: str | os.PathLike[str] | None) -> str:
     path = os.fspath(url) if isinstance(url, os.PathLike) else url
     if path is not None and not isinstance(path, str):
         raise UserError(
-            f"a store is a path or a SQLAlchemy URL, got {type(url).__name__} {url!r}",
+            f"a store is a path or a SQLAlchemy URL, got {_as_given(url, typed=True)}",
             "e.g. 'runs.db' or 'sqlite:///runs.db'",
         )
     if isinstance(url, os.PathLike) and missing_slashes(path or ""):
@@ -1167,7 +1182,7 @@ def fit_curve(
     from dlperf.converge.options import CurveOptions
 
     if not isinstance(form, str) or form not in PARAMS:  # a list was unhashable: TypeError
-        raise UserError(f"unknown curve form {form!r}", f"use {', '.join(PARAMS)}")
+        raise UserError(f"unknown curve form {_as_given(form)}", f"use {', '.join(PARAMS)}")
     # Checked as numbers here: the window's comparisons raised TypeError for text, and True
     # was taken as a fraction of 1.
     upto = None if upto is None else check_number(upto, "upto")
