@@ -3,6 +3,8 @@
 C2: `--duration nan` was blamed on slow client start ("give a longer --duration"), and
 `--duration inf` was taken: a level that never ended, without a word (click's FloatRange lets
 both through its `min=`).
+C3: a URL whose port is not a port (`:99999`, `:abc`, `:-1`) or with a cut IPv6 bracket was a
+Python traceback (urllib raises only as `.port` is read).
 
 The server is httpx's MockTransport in this process (no network, no timer).
 """
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 from dlperf.deploy import loadgen
+from dlperf.errors import UserError
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -52,3 +55,24 @@ def test_a_duration_not_a_finite_tenth_or_more_is_refused_before_any_request(
     assert r.err == (
         f"error: --duration: must be a finite number of seconds, 0.1 or more (got {duration})\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:99999", "'http://127.0.0.1:99999' has no valid port (1-65535)"),
+        ("http://127.0.0.1:abc/", "'http://127.0.0.1:abc/' has no valid port (1-65535)"),
+        ("http://127.0.0.1:-1", "'http://127.0.0.1:-1' has no valid port (1-65535)"),
+        ("http://127.0.0.1:0", "'http://127.0.0.1:0' has no valid port (1-65535)"),
+        ("http://[::1", "'http://[::1' is not an http:// URL"),
+    ],
+)
+def test_a_url_with_no_valid_port_or_a_cut_ipv6_address_is_one_line(
+    cli: Cli, url: str, message: str
+) -> None:
+    with pytest.raises(UserError) as refused:
+        loadgen.target(url)
+    assert refused.value.message == message
+    r = cli("serve", "bench", url, "--duration", "1")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.startswith(f"error: {message} (") and r.err.count("\n") == 1, r.err

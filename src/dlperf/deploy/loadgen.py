@@ -48,6 +48,7 @@ from dlperf.paths import image_file
 from dlperf.procs import stopped
 from dlperf.progress import NullReporter, Reporter
 
+EXAMPLE_URL = "e.g. http://127.0.0.1:8000"
 MIN_DURATION_S = 0.1  # a level's least --duration
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
 HEADERS = {"content-type": "application/octet-stream"}
@@ -100,9 +101,19 @@ def is_loopback(host: str) -> bool:
 
 def target(url: str) -> str:
     """The /predict URL of a loopback server; anything off this machine is refused."""
-    parts = urlsplit(url)
+    not_http = f"'{url}' is not an http:// URL"
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a cut IPv6 address, "http://[::1"
+        raise UserError(not_http, EXAMPLE_URL) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"'{url}' is not an http:// URL", "e.g. http://127.0.0.1:8000")
+        raise UserError(not_http, EXAMPLE_URL)
+    try:  # urllib checks the port only as it is read: ":99999", ":abc", ":-1"
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:  # nothing can be reached on port 0 either
+        raise UserError(f"'{url}' has no valid port (1-65535)", EXAMPLE_URL)
     host = parts.hostname
     if not is_loopback(host):
         raise UserError(
