@@ -57,7 +57,7 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 def test_target_defaults_to_predict_and_keeps_a_given_path() -> None:
     assert loadgen.target("http://127.0.0.1:8000") == "http://127.0.0.1:8000/predict"
     assert loadgen.target("http://localhost:8000/") == "http://localhost:8000/predict"
-    assert loadgen.target("https://[::1]:9/v/p?x=1#frag") == "https://[::1]:9/v/p?x=1"
+    assert loadgen.target("http://[::1]:9/v/p?x=1#frag") == "http://[::1]:9/v/p?x=1"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ C2: `--duration nan` was blamed on slow client start ("give a longer --duration"
 both through its `min=`).
 C3: a URL whose port is not a port (`:99999`, `:abc`, `:-1`) or with a cut IPv6 bracket was a
 Python traceback (urllib raises only as `.port` is read).
+C4: `https://` of a `dlperf serve` (which has no TLS) said "no server answers ... start one".
 
 The server is httpx's MockTransport in this process (no network, no timer).
 """
@@ -76,3 +77,12 @@ def test_a_url_with_no_valid_port_or_a_cut_ipv6_address_is_one_line(
     r = cli("serve", "bench", url, "--duration", "1")
     assert (r.code, r.out) == (2, "")
     assert r.err.startswith(f"error: {message} (") and r.err.count("\n") == 1, r.err
+
+
+def test_https_is_refused_up_front_dlperf_serve_has_no_tls() -> None:
+    with pytest.raises(UserError) as refused:
+        loadgen.target("https://[::1]:8000/predict")
+    assert refused.value.message == (
+        "'https://[::1]:8000/predict': serve bench speaks http:// only, dlperf serve has no TLS"
+    )
+    assert refused.value.hint == "use http://[::1]:8000/predict"
