@@ -6,6 +6,8 @@ both through its `min=`).
 C3: a URL whose port is not a port (`:99999`, `:abc`, `:-1`) or with a cut IPv6 bracket was a
 Python traceback (urllib raises only as `.port` is read).
 C4: `https://` of a `dlperf serve` (which has no TLS) said "no server answers ... start one".
+C5: only the probe's answer had to be a prediction: every later 2xx (any body) counted as a
+request served.
 
 The server is httpx's MockTransport in this process (no network, no timer).
 """
@@ -21,6 +23,7 @@ import pytest
 
 from dlperf.deploy import loadgen
 from dlperf.errors import UserError
+from dlperf.progress import NullReporter
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -86,3 +89,26 @@ def test_https_is_refused_up_front_dlperf_serve_has_no_tls() -> None:
         "'https://[::1]:8000/predict': serve bench speaks http:// only, dlperf serve has no TLS"
     )
     assert refused.value.hint == "use http://[::1]:8000/predict"
+
+
+def test_a_later_2xx_that_is_not_a_prediction_is_an_error_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe (request 0) gets a prediction, every later answer `200 {"hello": 1}`, but
+    for the 2nd and 3rd counted requests (3, 4): predictions."""
+    other = httpx.Response(200, json={"hello": 1})
+    answering(monkeypatch, lambda n: None if n in (0, 3, 4) else other)
+    said: list[str] = []
+
+    class Said(NullReporter):
+        def log(self, message: str) -> None:
+            said.append(message)
+
+    (level,) = loadgen.run("http://127.0.0.1:9", [1], 600.0, max_requests=5, reporter=Said())
+    assert level.statuses == {"200": 2, "200-not-prediction": 3}
+    assert (level.requests, level.ok, level.errors) == (5, 2, 3)
+    assert level.throughput == pytest.approx(2 / level.wall_s)
+    assert said == [
+        f"concurrency 1: {level.throughput:.1f} req/s, 3 errors of 5 (3 2xx answers not a "
+        "prediction: another server?)"
+    ]

@@ -3,13 +3,13 @@
 At each concurrency level, that many clients send `POST /predict` back to back until the
 duration is up or the request budget is spent; each first sends one request that is not
 counted (connection set-up, the server's first batches). Throughput = successful responses
-/ wall time of the level; latencies are of successful responses. A level ends early, refused
-(`ServerGone`), once every client's last request went unanswered: no server to connect to (it
-died), or no answer in TIMEOUT_S (it was stopped, SIGSTOP or Ctrl-Z, or hangs: its listening
-socket still takes connections, so none is refused); so does a warm-up that no client got an
-answer to, and a server whose process is stopped as a level starts is told at once. Only a
-server on this machine is loaded: a benchmark must never become a flood against someone else's
-host.
+(a 2xx whose answer is a prediction, as the probe's had to be) / wall time of the level;
+latencies are of successful responses. A level ends early, refused (`ServerGone`), once
+every client's last request went unanswered: no server to connect to (it died), or no answer
+in TIMEOUT_S (it was stopped, SIGSTOP or Ctrl-Z, or hangs: its listening socket still takes
+connections, so none is refused); so does a warm-up that no client got an answer to, and a
+server whose process is stopped as a level starts is told at once. Only a server on this
+machine is loaded: a benchmark must never become a flood against someone else's host.
 
 Server and load generator share this machine's CPUs, with whatever else runs on it, so each
 level's timed stretch (after the warm-up requests) is a contention window
@@ -50,6 +50,8 @@ EXAMPLE_URL = "e.g. http://127.0.0.1:8000"
 MIN_DURATION_S = 0.1  # a level's least --duration
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
 HEADERS = {"content-type": "application/octet-stream"}
+# a 2xx's status when its answer is not a prediction (_is_prediction): "200-not-prediction"
+NOT_PREDICTION = "-not-prediction"
 REFUSED = httpx.ConnectError.__name__  # a request's status when no server took its connection
 # ... and when one took it but sent no answer (or took no more of the body) in TIMEOUT_S
 TIMED_OUT = frozenset(
@@ -169,9 +171,11 @@ def run(
             _not_stopped(endpoint, server, f"before concurrency {level}")
             rep.task(f"concurrency {level}", total=None)
             result = await _level(endpoint, body, level, duration_s, max_requests, server)
+            other = sum(n for got, n in result.statuses.items() if got.endswith(NOT_PREDICTION))
             rep.log(
                 f"concurrency {level}: {result.throughput:.1f} req/s, {result.errors} errors "
                 f"of {result.requests}"
+                + (f" ({other} 2xx answers not a prediction: another server?)" if other else "")
             )
             results.append(result)
         return results
@@ -337,6 +341,9 @@ async def _level(
             response = await client.post(url, content=body, headers=HEADERS)
         except httpx.HTTPError as e:
             return type(e).__name__, False
+        if response.is_success and not _is_prediction(response):
+            # Another service on the port since the probe, a proxy's page: not a request served
+            return f"{response.status_code}{NOT_PREDICTION}", False
         return str(response.status_code), response.is_success
 
     async def worker(number: int, client: httpx.AsyncClient, deadline: float) -> None:
