@@ -8,6 +8,10 @@ C2. `detect make-shapes --size N` took about 70 bytes a pixel (float64 noise and
     line, empty folders left. The noise is made a block of rows at a time into the image, and
     a --size whose one image cannot be made in the machine's memory is refused before any
     folder is made.
+C3. An .npz was read whole with no memory check (about 3 times its images at the peak, as the
+    splits are copied out), so one over a third of the machine was killed by the kernel
+    without a line, and data.max_memory_gb was ignored: both are now checked on the member's
+    header, before it is read, and refused in one line with the GiB and the images that fit.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import pytest
 import torch
 
 from dlperf.config import AugmentConfig, DataConfig
-from dlperf.data import load_data, make_loader
+from dlperf.data import load_data, make_loader, sources
 from dlperf.detect import voc
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
@@ -90,3 +94,40 @@ def test_make_shapes_noise_takes_memory_in_blocks(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 12 * size * size, peak
+
+
+# --- C3: an .npz's memory, and data.max_memory_gb --------------------------------------------
+
+
+def test_an_npz_that_cannot_be_loaded_in_memory_is_refused_before_it_is_read(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: read whole, then split (about 2.8 times the images at the peak): a 7-20 GB .npz
+    on a 23 GiB machine was killed by the kernel mid-load, no line. Here a machine said to have
+    16 KiB, and 20 images of 3x8x12 (5,760 bytes, about 17,280 to load and split)."""
+    path = oblong(tmp_path)
+    monkeypatch.setattr(sources, "machine_memory", lambda: 16 * 2**10)
+    read = []
+    monkeypatch.setattr(np.lib.npyio.NpzFile, "__getitem__", lambda *a: read.append(a))
+    r = cli("data", "describe", "npz", "--set", f"data.root={path}")
+    one_line(r, 2, f"{path}: its 20 images (uint8 20 x 3 x 8 x 12) take 5.4e-06 GiB, and about "
+             "1.6e-05 GiB as they are loaded and split, more than this machine's 1.5e-05 GiB "
+             "of memory", "save at most 18 images in it")  # fmt: skip
+    assert read == []  # refused before the images were read
+
+
+def test_an_npz_over_max_memory_gb_is_refused_unless_in_memory_is_asked_for(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: `data describe npz --set data.max_memory_gb=0.5` of a 0.98 GB file: exit 0, no
+    word about the limit. An .npz cannot be streamed: over the limit it is refused."""
+    path = oblong(tmp_path)  # 5,760 bytes of images
+    root = ("--set", f"data.root={path}")
+    r = cli("data", "describe", "npz", *root, "--set", "data.max_memory_gb=0.000005")
+    one_line(r, 2, f"{path}: its 20 images take 5.4e-06 GiB in memory, more than "
+             "data.max_memory_gb 5e-06: an .npz is held in memory whole, not streamed",
+             "set data.max_memory_gb = 5.4e-06 or more, or data.in_memory = true")  # fmt: skip
+    for fine in ("data.max_memory_gb=5.4e-06", "data.in_memory=true"):
+        r = cli("data", "describe", "npz", *root, "--set", "data.max_memory_gb=0.000005",
+                "--set", fine)  # fmt: skip
+        assert r.code == 0, r.err

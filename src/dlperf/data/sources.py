@@ -2156,11 +2156,14 @@ _UNPICKLED = {
 }
 
 
-def _npz_array(path: str | Path, archive: Any, key: str) -> np.ndarray:
+def _npz_array(
+    path: str | Path, archive: Any, key: str, max_memory_gb: float | None = None
+) -> np.ndarray:
     """The array `key` of the open .npz `archive`, refused in one line naming it where its
     .npy header says it cannot be loaded: pickled (it was "not a readable .npz file", naming
-    no array), or more than the member holds (a damaged header's shape numpy cannot allocate
-    was "out of memory"); or where it is no .npy file at all, whose bytes numpy hands over."""
+    no array), more than the member holds (a damaged header's shape numpy cannot allocate
+    was "out of memory"), or images that do not fit in memory (`_npz_fits`); or where it is
+    no .npy file at all, whose bytes numpy hands over."""
     member = key if key in archive.zip.namelist() else f"{key}.npy"  # as NpzFile finds it
     header = _npy_header(archive, member)
     if header is not None:
@@ -2179,10 +2182,59 @@ def _npz_array(path: str | Path, archive: Any, key: str) -> np.ndarray:
                 "damaged",
                 _NPZ_FIX,
             )
+        if key == "images":
+            _npz_fits(path, shape, dtype, max_memory_gb)
     array = archive[key]
     if not isinstance(array, np.ndarray):
         raise UserError(f"{path}: '{member}' is not an .npy array", _NPZ_FIX)
     return array
+
+
+# Copies of an .npz's images held at once as it is loaded: the member read whole, then the
+# test, train and validation splits index-copied out of it (2.8 measured; a distill pool's
+# concatenation and digest take as many).
+NPZ_PEAK = 3
+
+
+def _gib(size: float) -> str:
+    gib = size / 2**30
+    return f"{gib:,.1f}" if gib >= 0.1 else f"{gib:.2g}"
+
+
+def _up(value: float) -> float:
+    """`value` (> 0) rounded up to 2 significant digits: a limit to give that holds it."""
+    step = 10.0 ** (math.floor(math.log10(value)) - 1)
+    return float(f"{math.ceil(value / step) * step:.2g}")
+
+
+def _npz_fits(
+    path: str | Path, shape: tuple[int, ...], dtype: np.dtype[Any], max_memory_gb: float | None
+) -> None:
+    """Refuse, before they are read, the images of the .npz `path` (as its header says) that
+    cannot be loaded in this machine's memory, as an image folder's data.image_size is
+    refused, or that take more than `max_memory_gb` (data.max_memory_gb where data.in_memory
+    is unset: an .npz cannot be streamed). Read whole, a file of over a third of the memory
+    was killed by the kernel as it was split, without a line, and the limit was ignored."""
+    images = math.prod(shape) * dtype.itemsize
+    count = shape[0] if shape else 1
+    each = images // count if count else images
+    memory = machine_memory()
+    if NPZ_PEAK * images > memory:
+        fits = memory // (NPZ_PEAK * each) if each else 0
+        said = f"{dtype} {' x '.join(map(str, shape))}"
+        raise UserError(
+            f"{path}: its {count:,} images ({said}) take {_gib(images)} GiB, and about "
+            f"{_gib(NPZ_PEAK * images)} GiB as they are loaded and split, more than this "
+            f"machine's {_gib(memory)} GiB of memory",
+            f"save at most {fits:,} images in it" if fits else "save smaller images in it",
+        )
+    if max_memory_gb is not None and images > max_memory_gb * 2**30:
+        raise UserError(
+            f"{path}: its {count:,} images take {_gib(images)} GiB in memory, more than "
+            f"data.max_memory_gb {max_memory_gb:g}: an .npz is held in memory whole, not "
+            "streamed",
+            f"set data.max_memory_gb = {_up(images / 2**30):g} or more, or data.in_memory = true",
+        )
 
 
 def _npy_header(archive: Any, member: str) -> tuple[tuple[int, ...], np.dtype[Any], int] | None:
@@ -2330,7 +2382,10 @@ def _imageless(path: str | Path, labels: np.ndarray) -> None:
 
 
 def read_npz(
-    path: str | Path, every_class: bool = False, pool: bool = False
+    path: str | Path,
+    every_class: bool = False,
+    pool: bool = False,
+    max_memory_gb: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names).
@@ -2338,7 +2393,8 @@ def read_npz(
     class with no image, in a file that names none, are refused. In a `pool` (distill's
     unlabelled images, whose labels only measure the selection) a label of -1 marks an image
     without one, as STL-10's unlabelled split and scikit-learn's semi-supervised estimators
-    mark it: all -1 is a file without labels."""
+    mark it: all -1 is a file without labels. Images that cannot be loaded in the machine's
+    memory, or take more than `max_memory_gb`, are refused before they are read."""
     text = str(path)
     bare = text.rstrip("/" + os.sep)
     if bare and bare != text and os.path.isfile(bare):  # Path("ok.npz/") drops the slash
@@ -2370,7 +2426,7 @@ def read_npz(
             )
         with loaded as f:
             _one_of_each(path, f)
-            arrays = {k: _npz_array(path, f, k) for k in _NPZ_KEYS if k in f.files}
+            arrays = {k: _npz_array(path, f, k, max_memory_gb) for k in _NPZ_KEYS if k in f.files}
             files = list(f.files)
     except PermissionError as e:  # the file is fine: writing it again is no fix
         raise _unreadable(path, "the file", e) from None
@@ -2433,7 +2489,8 @@ def read_npz(
 
 def npz(cfg: DataConfig) -> ImageData:
     """uint8 images N,C,H,W and integer labels in a .npz file (data.root), class names optional."""
-    images, labels, classes = read_npz(cfg.root, every_class=True)
+    limit = None if cfg.in_memory else cfg.max_memory_gb  # in_memory = true: held whatever it takes
+    images, labels, classes = read_npz(cfg.root, every_class=True, max_memory_gb=limit)
     if not len(images):  # else "no training images after the split", naming no file
         raise UserError(
             f"{cfg.root} holds 0 images ('images' of shape {tuple(images.shape)})",
