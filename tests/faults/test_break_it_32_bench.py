@@ -8,6 +8,7 @@ Python traceback (urllib raises only as `.port` is read).
 C4: `https://` of a `dlperf serve` (which has no TLS) said "no server answers ... start one".
 C5: only the probe's answer had to be a prediction: every later 2xx (any body) counted as a
 request served.
+C7: a stop (SIGTERM, Ctrl-C) after a finished level threw that level away, without a word.
 
 The server is httpx's MockTransport in this process (no network, no timer).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import signal
 from collections.abc import Callable
 
 import httpx
@@ -112,3 +115,42 @@ def test_a_later_2xx_that_is_not_a_prediction_is_an_error_of_its_own(
         f"concurrency 1: {level.throughput:.1f} req/s, 3 errors of 5 (3 2xx answers not a "
         "prediction: another server?)"
     ]
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
+def test_a_stop_after_a_finished_level_prints_it_and_says_so(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """Requests: the probe (0); concurrency 1's warm-up (1) and 2 counted (2, 3); concurrency
+    2's warm-ups (4, 5), then SIGTERM in its first counted request (6)."""
+
+    def answer(n: int) -> None:
+        if n == 6:
+            signal.raise_signal(signal.SIGTERM)
+
+    answering(monkeypatch, answer)
+    args = ["--concurrency", "1,2", "--duration", "600", "--max-requests", "2"]
+    r = cli("serve", "bench", "http://127.0.0.1:9", *args, *(["--json"] if as_json else []))
+    assert r.code == 143, (r.out, r.err)
+    assert r.err.splitlines()[-1] == (
+        "stopped by SIGTERM during concurrency 2; 1 of 2 levels done (printed)"
+    )
+    if as_json:
+        doc = json.loads(r.out)
+        assert doc["stopped"] == {"signal": "SIGTERM", "during_concurrency": 2}
+        (level,) = doc["levels"]
+        assert (level["concurrency"], level["requests"], level["ok"]) == (1, 2, 2)
+    else:
+        rows = [line for line in r.out.splitlines() if line.lstrip("│ ").startswith("1 ")]
+        assert len(rows) == 1, r.out
+        assert "POST http://127.0.0.1:9/predict" in r.out
+
+
+def test_a_finished_bench_says_it_was_not_stopped(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answering(monkeypatch, lambda n: None)
+    r = cli("serve", "bench", "http://127.0.0.1:9", "--concurrency", "1", "--max-requests", "1",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["stopped"] is None

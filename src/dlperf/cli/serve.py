@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import errno
 import math
+import signal
 import socket
 from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -15,6 +17,9 @@ from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, default_command_group, set_option
 from dlperf.errors import UserError
 from dlperf.parsing import parse_list
+
+if TYPE_CHECKING:
+    from dlperf.deploy.loadgen import LevelResult
 
 serve_app = typer.Typer(
     cls=default_command_group("start"),
@@ -143,19 +148,44 @@ def bench(
     """Load a running `dlperf serve` on this machine: closed-loop clients post an image to
     /predict; throughput and latency percentiles per concurrency level, and how long the
     server's or the load generator's threads waited for a CPU (CPU wait; a level at 10% or
-    more is marked unreliable).
+    more is marked unreliable). A stop (Ctrl-C, SIGTERM) prints the levels done before it.
 
     Example: dlperf serve bench http://127.0.0.1:8000 --concurrency 1,8,32 --duration 10
     """
+    from dlperf import stopping
     from dlperf.deploy import loadgen
 
     bad = UserError(f"--concurrency {concurrency!r}: expected positive integers", "e.g. 1,8,32")
     levels = parse_list(concurrency, int, bad, minimum=1)
     endpoint = loadgen.target(url)
-    with console.reporter() as rep:
-        results = loadgen.run(endpoint, levels, duration, max_requests, image, rep)
     document = {"url": endpoint, "duration_s": duration, "max_requests": max_requests}
-    if console.printed_json(as_json, {**document, "levels": [asdict(r) for r in results]}):
+    done: list[LevelResult] = []
+    try:
+        with console.reporter() as rep:
+            loadgen.run(endpoint, levels, duration, max_requests, image, rep, done)
+    except KeyboardInterrupt:
+        if done:  # the finished levels are measured: a stop in a later one keeps them
+            # The signal exit_code ends the command with (Ctrl-C's, where none was taken)
+            name = signal.Signals(stopping.exit_code(130) - 128).name
+            cut = levels[len(done)] if len(done) < len(levels) else None
+            _print_levels(as_json, document, done, {"signal": name, "during_concurrency": cut})
+            during = "after its last level" if cut is None else f"during concurrency {cut}"
+            console.err_line(
+                f"stopped by {name} {during}; {len(done)} of {len(levels)} levels done (printed)"
+            )
+        raise
+    _print_levels(as_json, document, done, None)
+
+
+def _print_levels(
+    as_json: bool,
+    document: dict[str, object],
+    results: list[LevelResult],
+    stopped: dict[str, object] | None,
+) -> None:
+    """The levels as a table, or as `document` with them; `stopped`: the stop that cut them."""
+    levels = [asdict(r) for r in results]
+    if console.printed_json(as_json, {**document, "levels": levels, "stopped": stopped}):
         return
     rows = [
         [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms,
@@ -164,7 +194,7 @@ def bench(
     ]  # fmt: skip
     columns = ["concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms", "p99 ms",
                "CPU wait"]  # fmt: skip
-    console.print_table(f"POST {endpoint}", columns, rows)
+    console.print_table(f"POST {document['url']}", columns, rows)
     for r in results:
         if r.reliable is False:
             note = f"unreliable: concurrency {r.concurrency}: {r.reliability_note}"

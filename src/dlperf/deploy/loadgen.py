@@ -147,8 +147,11 @@ def run(
     max_requests: int | None = None,
     image: Path | None = None,
     reporter: Reporter | None = None,
+    done: list[LevelResult] | None = None,
 ) -> list[LevelResult]:
-    """Load the server at each concurrency level in turn."""
+    """Load the server at each concurrency level in turn. Each level is appended to `done`
+    (the caller's list) as it ends, so that a caller keeps the finished ones when a stop
+    (KeyboardInterrupt) cuts a later one."""
     endpoint = target(url)
     # Not click's min=: its FloatRange lets nan and inf through (inf: a level without end).
     if not (math.isfinite(duration_s) and duration_s >= MIN_DURATION_S):
@@ -162,11 +165,11 @@ def run(
     rep = reporter or NullReporter()
 
     server = listener(urlsplit(endpoint).port or 80)
+    results = [] if done is None else done
 
     async def levels() -> list[LevelResult]:
         _not_stopped(endpoint, server, "before its first request")
         await _probe(endpoint, body, server)
-        results = []
         for level in concurrency:
             _not_stopped(endpoint, server, f"before concurrency {level}")
             rep.task(f"concurrency {level}", total=None)
