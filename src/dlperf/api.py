@@ -1009,6 +1009,8 @@ class Store:
     def _stored_key(self, run_id: int, key: str, stored: Sequence[str]) -> str:
         """`key` as stored: as given, or as `TrackedRun.log` names it ("loss": train/loss);
         an error naming the stored keys when the run has neither."""
+        if not isinstance(key, str):  # a tensor's `in` raised RuntimeError, an int TypeError
+            raise UserError(f"a metric key is text, got {_as_given(key, typed=True)}")
         for name in (key, _logged_name(key)):
             if name in stored:
                 return name

@@ -126,3 +126,15 @@ def test_every_refusal_names_a_tensor_by_its_shape(
     text = refused(lambda: call(db))
     assert said in text, text
     assert "tensor(" not in text, text
+
+
+@pytest.mark.parametrize("key", [torch.tensor([1.0]), 5, None, b"loss"], ids=repr)
+def test_store_metrics_of_a_key_that_is_not_text_is_one_line(tmp_path: Any, key: object) -> None:
+    """Found beside C1: `Store.metrics(1, torch.tensor([1.0]))` was a bare RuntimeError from
+    the key's `in` test ("Boolean value of Tensor ..."), 5 a TypeError."""
+    db = tmp_path / "s.db"
+    with dlperf.track("t", store=db) as run:
+        run.log(0, loss=0.5)
+    store = dlperf.Store(db)
+    assert "a metric key is text" in refused(lambda: store.metrics(1, key))  # type: ignore[arg-type]
+    assert "a metric key is text" in refused(lambda: store.frame(1, [key]))  # type: ignore[list-item]
