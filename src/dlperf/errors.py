@@ -89,6 +89,53 @@ def no_forward_fix(cls: type) -> str:
     return "define forward(self, x), which is called with a batch of images (N, C, H, W)"
 
 
+# torch's words for a device type this machine (or this build of torch) lacks, the type named
+# where they name it: CUDA's lazy start ("Found no NVIDIA driver", "Torch not compiled with CUDA
+# enabled"), an unbuilt backend ("not linked with support for mps devices"), and a factory
+# function's device=... with no kernel for that device ('MPS' backend, for a type not present).
+_NO_DEVICE = re.compile(
+    r"(?P<cuda>Found no NVIDIA driver|No CUDA GPUs are available)"
+    r"|Torch not compiled with (?P<compiled>\w+) enabled"
+    r"|not linked with support for (?P<linked>\w+) devices"
+    r"|with arguments from the '(?P<backend>\w+)' backend"
+)
+
+
+def missing_device(e: BaseException, what: str, on: str) -> UserError | None:
+    """The one line for a forward of `what` (the model) that moved its tensors to a device this
+    machine lacks (.to("cuda"), .cuda(), torch.zeros(..., device="mps")), which dlperf runs on
+    `on`: torch's error was told as the images' or the input shape's fault. None for any other.
+    Shared by the dry checks (run, export) and the counting forward (analyze, predict)."""
+    found = _NO_DEVICE.search(str(e))
+    if found is None:
+        return None
+    asked = "cuda" if found["cuda"] else (found["compiled"] or found["linked"] or "").lower()
+    if found["backend"] is not None:
+        asked = found["backend"].lower()
+        if _present(asked):  # an operator missing for a device it has: not the device's fault
+            return None
+    return UserError(
+        f"{what} moves tensors to {asked} in its forward, and this machine has no {asked} "
+        f"(dlperf runs it on {on})",
+        "use the input's device, .to(x.device), or leave the placing to dlperf",
+    )
+
+
+def _present(backend: str) -> bool:
+    """Whether this machine has devices of the type `backend` names, or it names no device
+    type at all (quantizedcpu): only a device type that is not here is missing."""
+    import torch  # lazily: the CLI imports this module at start, before any torch is needed
+
+    if backend in ("cpu", "meta"):
+        return True
+    try:
+        torch.device(backend)
+    except RuntimeError:  # "Expected one of cpu, cuda, ... device type"
+        return True
+    here = torch.accelerator.current_accelerator(check_available=True)
+    return here is not None and here.type == backend
+
+
 def raised_by_model(e: BaseException) -> bool:
     """Whether the model's own code raised `e`: an exception of a class a model file defines,
     or one a `raise` or `assert` in a model file raised, or an error of Python's own

@@ -92,7 +92,7 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.errors import UserError, missing_forward, raised_by_model
+from dlperf.errors import UserError, missing_device, missing_forward, raised_by_model
 from dlperf.parsing import is_file_spec
 from dlperf.precision import DTYPES, KeepShared, check_default_dtype, counted_as
 
@@ -1607,6 +1607,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             raise
         if isinstance(e, OSError):
             raise _read_failed(e, said) from None
+        if (elsewhere := missing_device(e, "the model", str(x.device))) is not None:
+            raise elsewhere from None
         other = other_dtype(model, x.dtype) if "type" in first.lower() else None
         if other is not None:
             dtype, which = other

@@ -26,7 +26,13 @@ from dlperf.analytic.counting import (
 )
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
-from dlperf.errors import UserError, in_model_file, missing_forward, raised_by_model
+from dlperf.errors import (
+    UserError,
+    in_model_file,
+    missing_device,
+    missing_forward,
+    raised_by_model,
+)
 from dlperf.formatting import few
 from dlperf.image_modes import channels_last
 from dlperf.models.registry import note, too_deep, torch_defaults_kept
@@ -222,6 +228,8 @@ def _dry_forward(
             raise
         if isinstance(e, OSError):  # a file or a connection of the model's: never the images'
             raise _read_failed(e, what) from None
+        if (elsewhere := missing_device(e, what, str(device or "cpu"))) is not None:
+            raise elsewhere from None
         first = first_line(e)
         # torch's own errors say what they are, and a TorchScript model's last line names it
         if not isinstance(e, RuntimeError) and not str(e).startswith(TORCHSCRIPT):
