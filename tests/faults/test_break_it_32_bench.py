@@ -8,6 +8,9 @@ Python traceback (urllib raises only as `.port` is read).
 C4: `https://` of a `dlperf serve` (which has no TLS) said "no server answers ... start one".
 C5: only the probe's answer had to be a prediction: every later 2xx (any body) counted as a
 request served.
+C6: more clients than the load generator's open-file limit allows: its own "Too many open
+files" at connect was counted as the server refusing (at 30,000 clients: "is the server hung,
+or stopped?" after 279 s).
 C7: a stop (SIGTERM, Ctrl-C) after a finished level threw that level away, without a word.
 
 The server is httpx's MockTransport in this process (no network, no timer).
@@ -16,6 +19,7 @@ The server is httpx's MockTransport in this process (no network, no timer).
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import signal
@@ -115,6 +119,42 @@ def test_a_later_2xx_that_is_not_a_prediction_is_an_error_of_its_own(
         f"concurrency 1: {level.throughput:.1f} req/s, 3 errors of 5 (3 2xx answers not a "
         "prediction: another server?)"
     ]
+
+
+def test_more_clients_than_the_open_file_limit_allows_are_refused_up_front(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit is the hard one: a soft one is raised to it (dlperf.paths.room_for_files)."""
+    seen = answering(monkeypatch, lambda n: None)
+    asked: list[int] = []
+    monkeypatch.setattr(loadgen, "files_open", lambda guess: 10)
+    monkeypatch.setattr(loadgen, "room_for_files", lambda needed: asked.append(needed) or 200)
+    r = cli("serve", "bench", "http://127.0.0.1:9", "--concurrency", "1,300")
+    assert (r.code, r.out, seen, asked) == (2, "", [], [300 + 10 + loadgen.SPARE_FILES])
+    assert r.err == (
+        f"error: --concurrency 300 needs about {300 + 10 + loadgen.SPARE_FILES} open files (a "
+        "connection per client), over the open-file limit of 200 (ulimit -n 200 is too low: "
+        "raise it, or give fewer clients in --concurrency)\n"
+    )
+
+
+def test_the_load_generator_out_of_files_is_its_own_failure_not_the_server_refusing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connect that failed with EMFILE (this process's limit) or ENFILE (the system's), as
+    httpx raises it: every counted request, so that refusals would have ended the level."""
+
+    def answer(n: int) -> None:
+        if n >= 2:  # after the probe and the warm-up
+            code = errno.EMFILE if n % 2 else errno.ENFILE
+            failed = OSError("All connection attempts failed")
+            failed.__cause__ = OSError(code, "Too many open files")
+            raise httpx.ConnectError("All connection attempts failed") from failed
+
+    answering(monkeypatch, answer)
+    (level,) = loadgen.run("http://127.0.0.1:9", [1], 600.0, max_requests=4)
+    assert level.statuses == {"EMFILE (load generator)": 2, "ENFILE (load generator)": 2}
+    assert (level.ok, level.errors) == (0, 4)
 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import io
 import ipaddress
 import math
@@ -42,16 +43,21 @@ import numpy as np
 
 from dlperf.contention import PROC, Window, judge
 from dlperf.errors import UserError
-from dlperf.paths import image_file
+from dlperf.paths import files_open, image_file, room_for_files
 from dlperf.procs import stopped
 from dlperf.progress import NullReporter, Reporter
 
 EXAMPLE_URL = "e.g. http://127.0.0.1:8000"
 MIN_DURATION_S = 0.1  # a level's least --duration
+# Files the load generator opens beside its clients' connections and those open as it starts:
+# the event loop's, the contention windows' reads of /proc.
+SPARE_FILES = 32
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
 HEADERS = {"content-type": "application/octet-stream"}
 # a 2xx's status when its answer is not a prediction (_is_prediction): "200-not-prediction"
 NOT_PREDICTION = "-not-prediction"
+# ... when this process had no file descriptor left to connect with: "EMFILE (load generator)"
+OWN_FAILURE = " (load generator)"
 REFUSED = httpx.ConnectError.__name__  # a request's status when no server took its connection
 # ... and when one took it but sent no answer (or took no more of the body) in TIMEOUT_S
 TIMED_OUT = frozenset(
@@ -163,6 +169,7 @@ def run(
         image_file(image, "give one image file of it")
     body = image.read_bytes() if image is not None else sample_image()
     rep = reporter or NullReporter()
+    _room_for_clients(max(concurrency))
 
     server = listener(urlsplit(endpoint).port or 80)
     results = [] if done is None else done
@@ -230,6 +237,34 @@ def _client() -> httpx.AsyncClient:
     # verify=False: http:// only, and httpx's default loads the CA store for each client
     # (~0.1 s of CPU).
     return httpx.AsyncClient(timeout=TIMEOUT_S, trust_env=False, verify=False)
+
+
+def _room_for_clients(clients: int) -> None:
+    """Make room for `clients` connections under the open-file limit (a soft limit is raised
+    to the hard one), else UserError: past it each client's connect failed with "Too many open
+    files", read as the server refusing it."""
+    needed = clients + files_open(SPARE_FILES) + SPARE_FILES
+    limit = room_for_files(needed)
+    if limit is not None:
+        raise UserError(
+            f"--concurrency {clients} needs about {needed} open files (a connection per "
+            f"client), over the open-file limit of {limit}",
+            f"ulimit -n {limit} is too low: raise it, or give fewer clients in --concurrency",
+        )
+
+
+def _out_of_files(error: BaseException) -> str | None:
+    """The errno's name, EMFILE or ENFILE, where a request failed for want of a file
+    descriptor of this process's (or the system's): the load generator's failure, not the
+    server's (httpx's ConnectError holds the OSError a few causes down). None otherwise."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a cause chain is short; never follow a cycle for ever
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return errno.errorcode[seen.errno]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _not_stopped(url: str, server: int | None, when: str) -> None:
@@ -343,7 +378,8 @@ async def _level(
         try:
             response = await client.post(url, content=body, headers=HEADERS)
         except httpx.HTTPError as e:
-            return type(e).__name__, False
+            own = _out_of_files(e)
+            return (type(e).__name__ if own is None else f"{own}{OWN_FAILURE}"), False
         if response.is_success and not _is_prediction(response):
             # Another service on the port since the probe, a proxy's page: not a request served
             return f"{response.status_code}{NOT_PREDICTION}", False
@@ -365,7 +401,7 @@ async def _level(
                 unanswered[number] = status
                 if len(unanswered) == concurrency:
                     raise _Unanswered
-            else:
+            elif not status.endswith(OWN_FAILURE):  # this process failed, the server did not
                 unanswered.pop(number, None)
                 answered = end
             if ok:
