@@ -12,11 +12,16 @@ C3. An .npz was read whole with no memory check (about 3 times its images at the
     splits are copied out), so one over a third of the machine was killed by the kernel
     without a line, and data.max_memory_gb was ignored: both are now checked on the member's
     header, before it is read, and refused in one line with the GiB and the images that fit.
+C4. An image folder of train/, val/ and test/ left val/'s images in no split (test/ is the test
+    split, validation data.val_fraction of train/), exit 0, no word: they are said, with
+    their count, as a warning of `run` and `data describe`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +34,7 @@ from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data, make_loader, sources
 from dlperf.detect import voc
 from tests.conftest import CliResult
+from tests.faults.test_break_it_29_data import image_folder
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -131,3 +137,26 @@ def test_an_npz_over_max_memory_gb_is_refused_unless_in_memory_is_asked_for(
         r = cli("data", "describe", "npz", *root, "--set", "data.max_memory_gb=0.000005",
                 "--set", fine)  # fmt: skip
         assert r.code == 0, r.err
+
+
+# --- C4: val/ beside test/ ---------------------------------------------------------------------
+
+
+def test_val_images_beside_a_test_folder_are_said_to_be_unused(cli: Cli, tmp_path: Path) -> None:
+    """Before: train/ val/ test/ described as train 3, val 1 (drawn from train/), test 4,
+    exit 0, and val/'s 4 images in no split without a word."""
+    root = image_folder(tmp_path / "if")  # train/ and val/: 2 classes of 2 images each
+    shutil.copytree(root / "val", root / "test")
+    sets = ("--set", f"data.root={root}", "--set", "data.image_size=8")
+    r = cli("data", "describe", "imagefolder", *sets, "--out", str(tmp_path / "d"), "--json")
+    assert r.code == 0, r.err
+    said = (
+        f"{root / 'val'} holds 4 images that are not used: beside test/, the test split, "
+        "validation is data.val_fraction 0.1 of train/ (move them into train/, or remove val/)"
+    )
+    assert json.loads(r.out)["warnings"] == [said]
+    assert f"warning: {said}" in r.err.splitlines(), r.err
+    # without test/, val/ is the test split: nothing to say
+    shutil.rmtree(root / "test")
+    r = cli("data", "describe", "imagefolder", *sets, "--out", str(tmp_path / "d"), "--json")
+    assert r.code == 0 and json.loads(r.out)["warnings"] == [], r.err

@@ -1973,6 +1973,11 @@ def _test_folder(root: Path) -> Path:
 
 def _holds_images(split: Path) -> bool:
     """Whether any file below `split` is one an image folder reads (hidden ones are not)."""
+    return next(_image_files(split), None) is not None
+
+
+def _image_files(split: Path) -> Iterator[str]:
+    """The names of the files below `split` that an image folder reads (hidden ones are not)."""
     from torchvision.datasets.folder import has_file_allowed_extension
 
     seen: set[Path] = set()
@@ -1982,11 +1987,27 @@ def _holds_images(split: Path) -> bool:
         dirs[:] = [
             d for d in dirs if not d.startswith(".") and _real(os.path.join(folder, d)) not in seen
         ]
-        if any(
-            has_file_allowed_extension(f, IMAGE_EXTENSIONS) and not f.startswith(".") for f in files
-        ):
-            return True
-    return False
+        yield from (
+            f
+            for f in files
+            if has_file_allowed_extension(f, IMAGE_EXTENSIONS) and not f.startswith(".")
+        )
+
+
+def _unused_val(root: Path, test_dir: Path, cfg: DataConfig) -> list[str]:
+    """A note of the images of root/val where root/test is the test split: in no split (the
+    validation split is data.val_fraction of train/), which was said nowhere."""
+    val = root / "val"
+    if test_dir.name != "test" or not val.is_dir():
+        return []
+    count = sum(1 for _ in _image_files(val))
+    if not count:
+        return []
+    held = "1 image that is" if count == 1 else f"{count:,} images that are"
+    return [
+        f"{val} holds {held} not used: beside test/, the test split, validation is "
+        f"data.val_fraction {cfg.val_fraction:g} of train/ (move them into train/, or remove val/)"
+    ]
 
 
 def _linked_splits(root: Path) -> None:
@@ -2134,6 +2155,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         (3, side, side),
         classes=classes,
         pool=full.labels,
+        notes=_unused_val(root, test_dir, cfg),
     )
 
 
