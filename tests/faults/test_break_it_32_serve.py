@@ -9,12 +9,17 @@ Real servers on 127.0.0.1 (uvicorn in a thread, as `dlperf serve` runs it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from dlperf import system
+from dlperf.deploy import runtime
 from dlperf.deploy.server import create_app
+from dlperf.errors import UserError
+from tests.conftest import CliResult
 from tests.deploy.test_server import tiny_classifier
 from tests.deploy.test_server_limits import EVENT_S, serving
 
@@ -55,3 +60,19 @@ def test_an_upgrade_request_is_answered_with_one_line_once_and_no_install_advice
         "a client asked to upgrade the connection to h2c; dlperf serve speaks HTTP/1.1 only: "
         "answered without upgrading (said once)"
     ), said
+
+
+def test_serve_refuses_more_ort_threads_than_usable_cores(
+    tiny: Path, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P4 C9: `serve --threads 64` on one allowed core was taken silently (69 threads, single-row
+    answers 50x slower), where `infer bench` and every training command refuse it: every ONNX
+    Runtime session is checked now, with the line `set_threads` gives."""
+    monkeypatch.setattr(system, "usable_cores", lambda: 1)
+    with pytest.raises(UserError, match=r"^64 threads asked for, but this host has 1 usable"):
+        runtime.session(tiny, 64)
+    result = cli("serve", str(tiny), "--threads", "64", "--port", "0")
+    assert result.code == 2, result
+    assert result.err.startswith("error: 64 threads asked for, but this host has 1 usable cores")
+    assert len(result.err.strip().splitlines()) == 1, result.err
+    assert runtime.session(tiny, 1) is not None  # what the host can run is still taken

@@ -22,6 +22,7 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import NoThreads, UserError, not_utf8, out_of_threads, threads_limit
 from dlperf.image_modes import covered
 from dlperf.paths import image_file
+from dlperf.system import check_threads
 
 FATAL = 4  # ONNX Runtime's log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
 
@@ -34,6 +35,7 @@ def session(
     host."""
     import onnxruntime as ort
 
+    check_threads(threads)  # serve, infer and detect run checked theirs apart, or not at all
     options = ort.SessionOptions()
     # Fatal only: ORT's C++ logger writes its warnings and errors, coloured, straight to
     # the stderr descriptor, ahead of the one line dlperf makes of the error it also raises.
