@@ -9,6 +9,7 @@ Real servers on 127.0.0.1 (uvicorn in a thread, as `dlperf serve` runs it).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,8 +17,8 @@ import httpx
 import pytest
 
 from dlperf import system
-from dlperf.deploy import runtime
-from dlperf.deploy.server import create_app
+from dlperf.deploy import loadgen, runtime
+from dlperf.deploy.server import client_url, create_app, is_wildcard
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 from tests.deploy.test_server import tiny_classifier
@@ -76,3 +77,44 @@ def test_serve_refuses_more_ort_threads_than_usable_cores(
     assert result.err.startswith("error: 64 threads asked for, but this host has 1 usable cores")
     assert len(result.err.strip().splitlines()) == 1, result.err
     assert runtime.session(tiny, 1) is not None  # what the host can run is still taken
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8000"),
+        ("::", "http://[::1]:8000"),
+        ("127.0.0.1", "http://127.0.0.1:8000"),
+        ("::1", "http://[::1]:8000"),
+        ("localhost", "http://localhost:8000"),
+    ],
+)
+def test_the_url_serve_gives_is_one_a_client_can_use(host: str, url: str) -> None:
+    """P4 C11: `serve --host 0.0.0.0` said it served on http://0.0.0.0:PORT, a URL its own
+    `serve bench` refuses ("not a loopback address")."""
+    assert client_url(host, 8000) == url
+    assert is_wildcard(host) == (host in ("0.0.0.0", "::"))
+
+
+def test_serve_on_every_interface_names_the_loopback_url_and_the_bench_takes_it(
+    tiny: Path, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line, through the command; the socket itself stays on loopback (tests never listen
+    on other addresses), and the server stops at once."""
+    import dlperf.cli.serve as serve_cli
+    import dlperf.deploy.server as server
+
+    loopback = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setattr(serve_cli, "_listen", lambda host, port: loopback)
+    monkeypatch.setattr(server, "serve_forever", lambda *args: None)
+    result = cli("serve", str(tiny), "--host", "0.0.0.0", "--threads", "1")
+    loopback.close()
+    assert result.code == 0, result
+    said = [line for line in result.err.splitlines() if line.startswith("serving ")]
+    assert len(said) == 1, result.err
+    url = said[0].split(" on ", 1)[1].split(",", 1)[0]
+    assert url.startswith("http://127.0.0.1:"), said
+    assert said[0].endswith(
+        ", listening on every interface (0.0.0.0) - Ctrl-C stops after the queued requests"
+    ), said
+    loadgen.target(f"{url}/predict")  # serve bench takes it (it refused 0.0.0.0)

@@ -96,7 +96,13 @@ def start(
     """
     from dlperf.config import ServeJob, load_job
     from dlperf.deploy.loadgen import is_loopback
-    from dlperf.deploy.server import create_app, ensure_open_files, serve_forever
+    from dlperf.deploy.server import (
+        client_url,
+        create_app,
+        ensure_open_files,
+        is_wildcard,
+        serve_forever,
+    )
 
     flags = {
         "host": host, "port": port, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
@@ -121,12 +127,11 @@ def start(
             f"listening on {opts.host}: other machines can reach this server, unauthenticated"
         )
     served = server_app.state.model
-    bound = sock.getsockname()[1]
-    where = f"[{opts.host}]" if ":" in opts.host else opts.host
+    url = client_url(opts.host, sock.getsockname()[1])
+    listening = f", listening on every interface ({opts.host})" if is_wildcard(opts.host) else ""
     console.err_line(
         f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
-        f"{served.note}) on "
-        f"http://{where}:{bound} - Ctrl-C stops after the queued requests"
+        f"{served.note}) on {url}{listening} - Ctrl-C stops after the queued requests"
     )
     stopped_by = serve_forever(server_app, sock, opts.read_timeout_s, opts.max_connections)
     if stopped_by is not None:

@@ -32,6 +32,7 @@ import array
 import asyncio
 import errno
 import importlib
+import ipaddress
 import json
 import logging
 import signal
@@ -357,6 +358,23 @@ def _accept_hint(error: OSError) -> str:
     if error.errno != errno.EMFILE:
         return ""
     return f" ({open_files_limit(' or lower --max-connections')})"
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether `host` is the unspecified address (0.0.0.0, ::): every interface."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name such as localhost
+        return False
+
+
+def client_url(host: str, port: int) -> str:
+    """The URL a client on this machine reaches a server listening on `host` at: a wildcard
+    is where a server listens, not an address to connect to, and `serve bench` refused the
+    very URL `serve` printed (http://0.0.0.0:8000); its loopback address stands in for it."""
+    if is_wildcard(host):
+        host = "::1" if ":" in host else "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def ensure_open_files(max_connections: int) -> None:
