@@ -305,17 +305,49 @@ def check_scores(output: object, name: str) -> torch.Tensor:
 def onnx_failure(error: Exception, batch: int, inputs: str, exported_at: int | None) -> str:
     """The line for an exported graph that ONNX Runtime fails to run in the parity check, on
     `batch` rows of `inputs`; `exported_at`: the example's batch where the batch is dynamic."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    # ORT's reason may go on over lines ("... for the following indices" / "index: 0 Got: 1
+    # Expected: 2"): all of them, on one, less its closing advice, which the hint replaces
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    text = " ".join(line for line in lines if line and not line.startswith("Please fix"))
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text) or type(error).__name__
     text = re.sub(r"/onnxruntime_src/\S+ ", "", text)  # ORT's own source file and line
     said = f"the exported graph fails in ONNX Runtime at batch {batch} ({inputs}): {text}"
     if exported_at is not None and batch != exported_at:
         said += (
             f"; the likely cause: a batch size baked into the graph (exported at batch "
-            f"{exported_at}): export without --dynamic-batch, or make the shape come from x "
-            "(x.shape[0], not a number)"
+            f"{exported_at}): export without --dynamic-batch, or keep the batch a tensor size: "
+            "x.shape[0] as it is in tensor operations, not made a Python number (len(x), "
+            "float(), int(), NumPy of it) nor written as a number"
         )
     return said
+
+
+def fixed_batch(proto: Any) -> int | None:
+    """The batch size the exported graph `proto` takes only; None where its batch is dynamic
+    (a named dimension), or where the graph says nothing of it."""
+    inputs = [i for i in proto.graph.input if i.name == INPUT]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
+    return dims[0].dim_value if dims and dims[0].HasField("dim_value") else None
+
+
+def check_batch_dynamic(proto: Any, batch: int, name: str) -> None:
+    """Refuse the graph `proto` of an export asked for a dynamic batch, at example batch `batch`,
+    where its input takes one batch size only. The dynamo exporter does not fail for a forward
+    that makes the batch a constant (a guard on it): it fixes the input's batch at the
+    example's, silently, and the parity check at batch 1 met it as ONNX Runtime's refusal."""
+    fixed = fixed_batch(proto)
+    if fixed is None:
+        return
+    example = " (the example input's)" if fixed == batch else ""
+    raise UserError(
+        f"model '{name}' cannot be exported with --dynamic-batch: its forward makes the batch "
+        f"a constant, so the exported graph takes batches of {fixed} only{example}: x.shape[0] "
+        "turned into a Python number (float(), int(), math or NumPy of it, "
+        "x.new_tensor(x.shape[0])), a branch on it, or a batch size written as a number "
+        "(x.view(2, -1), torch.zeros(2, ...))",
+        "use x.shape[0] as it is in tensor operations: y * x.shape[0], torch.tensor(x.shape[0]), "
+        "x.view(x.shape[0], -1); or export without --dynamic-batch",
+    )
 
 
 def compare(
@@ -880,6 +912,8 @@ def export(
                 meta.model,
             )
         proto = onnx.load(str(staged), load_external_data=False)
+        if dynamic_batch:
+            check_batch_dynamic(proto, batch, meta.model)
         meta.opset = _opset(staged)  # the one asked for, if any: _torch_export saw to it
         # The weights' own digest in the model: a load refuses another export's beside it
         # (the publish moves the files one at a time: a stop between can pair two exports).

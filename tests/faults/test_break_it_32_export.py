@@ -1,0 +1,93 @@
+"""Break-it round 32, P1 (the user's own models), cause C3, and two follow-ups of C2.
+
+- C3: `export --dynamic-batch` of a forward that turns x.shape[0] into a Python number
+  (`float(x.shape[0])`, NumPy of it) failed the parity check at batch 1 with ONNX Runtime's
+  reason cut before its subject ("... for the following indices") and the fix "make the shape
+  come from x (x.shape[0], not a number)", which is what such a forward already does. The
+  dynamo exporter fixes the graph's input batch at the example's (2) for it: that is refused
+  right after the export, naming what makes the batch a constant and how to keep it a tensor
+  size; a failure in ONNX Runtime keeps its reason whole.
+- C2 follow-ups: export's dry forward names the model (`model 'NAME'`) in the device line too,
+  and `dlperf run`'s build lets that line through as it is, without the `not_float32`/`misfit`
+  re-checks' forwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.deploy.export import onnx_failure
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# The tester's models (bk32 P1, ex2.py): the batch as a Python float, through NumPy, and as a
+# tensor (which keeps it dynamic)
+MODELS = """
+import numpy as np, torch, torch.nn as nn
+class Base(nn.Module):
+    def __init__(s, n=10): super().__init__(); s.c=nn.Conv2d(3,4,3); s.l=nn.Linear(4*6*6, n)
+    def head(s, x): return s.l(s.c(x).flatten(1))
+class FloatB(Base):
+    def forward(s, x): return s.head(x) * float(x.shape[0])
+class Np(Base):
+    def forward(s, x):
+        return s.head(x) + torch.from_numpy(np.ones(10, dtype=np.float32) * x.shape[0])
+def floatb(num_classes=10): return FloatB(num_classes)
+def np_(num_classes=10): return Np(num_classes)
+"""
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ex2.py").write_text(MODELS)
+    return tmp_path
+
+
+@pytest.mark.faults  # two dynamo exports, 5-10 s each on a busy core
+@pytest.mark.parametrize("factory", ["floatb", "np_"])
+def test_export_dynamic_batch_of_a_forward_making_the_batch_a_number_names_it(
+    cli: Cli, models: Path, factory: str
+) -> None:
+    # before: exit 1, "check failed: the exported graph fails in ONNX Runtime at batch 1
+    # (random input): Got invalid dimensions for input: input for the following indices; the
+    # likely cause: ... make the shape come from x (x.shape[0], not a number)"
+    args = ("export", f"ex2.py:{factory}", "--input", "3,8,8", "--out", "m.onnx")
+    result = cli(*args, "--dynamic-batch")
+    assert (result.code, result.out) == (2, ""), (result.code, result.out, result.err)
+    last = result.err.strip().splitlines()[-1]
+    assert last == (
+        f"error: model 'ex2.py:{factory}' cannot be exported with --dynamic-batch: its forward "
+        "makes the batch a constant, so the exported graph takes batches of 2 only (the "
+        "example input's): x.shape[0] turned into a Python number (float(), int(), math or "
+        "NumPy of it, x.new_tensor(x.shape[0])), a branch on it, or a batch size written as a "
+        "number (x.view(2, -1), torch.zeros(2, ...)) (use x.shape[0] as it is in tensor "
+        "operations: y * x.shape[0], torch.tensor(x.shape[0]), x.view(x.shape[0], -1); or "
+        "export without --dynamic-batch)"
+    ), result.err
+    assert "check failed" not in result.err
+    assert list(models.glob("*m.onnx*")) == []  # nothing published, no staging left
+
+
+# ONNX Runtime's own words for a batch the graph does not take, over three lines
+ORT_DIMS = (
+    "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: input for "
+    "the following indices\n index: 0 Got: 1 Expected: 2\n Please fix either the "
+    "inputs/outputs or the model."
+)
+
+
+def test_onnx_failure_keeps_the_runtimes_reason_whole_and_names_what_bakes_the_batch() -> None:
+    said = onnx_failure(RuntimeError(ORT_DIMS), 1, "random input", 2)
+    assert said == (
+        "the exported graph fails in ONNX Runtime at batch 1 (random input): Got invalid "
+        "dimensions for input: input for the following indices index: 0 Got: 1 Expected: 2; "
+        "the likely cause: a batch size baked into the graph (exported at batch 2): export "
+        "without --dynamic-batch, or keep the batch a tensor size: x.shape[0] as it is in "
+        "tensor operations, not made a Python number (len(x), float(), int(), NumPy of it) "
+        "nor written as a number"
+    )
