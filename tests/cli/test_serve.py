@@ -113,10 +113,10 @@ def test_bench_table(server: str, cli: Cli) -> None:
 def test_bench_finds_the_server_by_its_port(server: str) -> None:
     """The server's process is found from its listening port, so its own threads' CPU wait
     is measured, not only the load generator's."""
-    pid = loadgen.listener(int(server.rsplit(":", 1)[1]))
-    assert pid is not None and pid != os.getpid()
+    (pid,) = loadgen.listeners("127.0.0.1", int(server.rsplit(":", 1)[1]))
+    assert pid != os.getpid()
     assert "serve" in Path(f"/proc/{pid}/cmdline").read_text()
-    assert loadgen.listener(9) is None  # nothing listens on the discard port
+    assert loadgen.listeners("127.0.0.1", 9) == set()  # nothing listens on the discard port
 
 
 @pytest.mark.parametrize(

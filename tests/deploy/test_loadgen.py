@@ -102,10 +102,10 @@ def listening() -> Iterator[int]:
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc")
 def test_listener_finds_the_process_on_a_port() -> None:
     with listening() as port:
-        assert loadgen.listener(port) == os.getpid()
+        assert loadgen.listeners("127.0.0.1", port) == {os.getpid()}
     with socket.socket() as bound:  # bound but not listening: nobody serves there
         bound.bind(("127.0.0.1", 0))
-        assert loadgen.listener(bound.getsockname()[1]) is None
+        assert loadgen.listeners("127.0.0.1", bound.getsockname()[1]) == set()
 
 
 def test_oneline_collapses_whitespace_and_cuts() -> None:

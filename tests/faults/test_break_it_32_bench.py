@@ -12,6 +12,9 @@ C6: more clients than the load generator's open-file limit allows: its own "Too 
 files" at connect was counted as the server refusing (at 30,000 clients: "is the server hung,
 or stopped?" after 279 s).
 C7: a stop (SIGTERM, Ctrl-C) after a finished level threw that level away, without a word.
+C10: the server's process was found by its listening port alone: with two servers on one port
+(127.0.0.1 and 127.0.0.2, or ::1) the bench of the healthy one named the other's pid as
+stopped, and timed the other's CPU wait.
 
 The server is httpx's MockTransport in this process (no network, no timer).
 """
@@ -22,8 +25,13 @@ import asyncio
 import errno
 import itertools
 import json
+import os
 import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -194,3 +202,135 @@ def test_a_finished_bench_says_it_was_not_stopped(
             "--json")  # fmt: skip
     assert r.code == 0, r.err
     assert json.loads(r.out)["stopped"] is None
+
+
+# C10. Lines of /proc/net/tcp and tcp6 as a little-endian machine's kernel prints them: each
+# 32-bit word of the address in host order, the port in hex (0x4810: 18448).
+A = "0100007F:4810"  # 127.0.0.1:18448
+B = "0200007F:4810"  # 127.0.0.2:18448
+V6 = "00000000000000000000000001000000:4810"  # [::1]:18448
+ANY4 = "00000000:4810"  # 0.0.0.0:18448
+ANY6 = "00000000000000000000000000000000:4810"  # [::]:18448
+MAPPED = "0000000000000000FFFF00000200007F:4810"  # [::ffff:127.0.0.2]:18448
+NET_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+
+
+def fake_proc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *held: tuple[str, list[int]]
+) -> None:
+    """A /proc for `loadgen.listeners` whose net/tcp{,6} hold one listening socket per
+    (local address, pids holding it), and one connection (not listening) to each."""
+    proc = tmp_path / "proc"
+    tables = {"tcp": [NET_HEADER], "tcp6": [NET_HEADER]}
+    for inode, (address, pids) in enumerate(held, start=100):
+        lines = tables["tcp" if len(address) == 13 else "tcp6"]
+        zero = "0" * address.index(":")
+        for state, node in (("0A", inode), ("01", inode + 100)):  # LISTEN, ESTABLISHED
+            queues = "00000000:00000000 00:00000000 00000000"
+            lines.append(f"  {len(lines)}: {address} {zero}:0000 {state} {queues}  1000  0 {node}")
+        for pid in pids:
+            fd = proc / str(pid) / "fd"
+            fd.mkdir(parents=True, exist_ok=True)
+            (fd / str(inode)).symlink_to(f"socket:[{inode}]")
+    (proc / "net").mkdir(parents=True)
+    for table, lines in tables.items():
+        (proc / "net" / table).write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(loadgen, "PROC", proc)
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the lines are a little-endian kernel's")
+@pytest.mark.parametrize(
+    ("held", "host", "pids"),
+    [
+        ([(A, [10]), (B, [20])], "127.0.0.2", {20}),  # not 127.0.0.1's server, the lower pid
+        ([(A, [10]), (B, [20])], "127.0.0.1", {10}),
+        ([(A, [10]), (V6, [30])], "::1", {30}),
+        ([(A, [10]), (V6, [30])], "127.0.0.1", {10}),
+        ([(ANY4, [40])], "127.0.0.5", {40}),  # a wildcard listener takes every address
+        ([(ANY4, [40])], "::1", set()),  # ... of its own family
+        ([(ANY6, [50])], "127.0.0.1", {50}),  # :: takes IPv4 too (dual-stack, Linux's default)
+        ([(ANY4, [40]), (A, [10])], "127.0.0.1", {10}),  # the kernel picks the exact address
+        ([(MAPPED, [60])], "127.0.0.2", {60}),
+        ([(A, [10]), (A, [11])], "127.0.0.1", {10, 11}),  # two sockets (SO_REUSEPORT)
+        ([(A, [10, 11])], "127.0.0.1", {10, 11}),  # one socket, a forked worker holds it too
+        ([(A, [10])], "localhost", {10}),
+    ],
+)
+def test_the_server_is_found_by_the_url_s_address_and_port(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    held: list[tuple[str, list[int]]],
+    host: str,
+    pids: set[int],
+) -> None:
+    fake_proc(tmp_path, monkeypatch, *held)
+    assert loadgen.listeners(host, 18448) == pids
+    assert loadgen.listeners(host, 18449) == set()
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the lines are a little-endian kernel's")
+def test_localhost_is_every_address_it_resolves_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_proc(tmp_path, monkeypatch, (A, [10]), (V6, [30]))
+    both = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 18448, 0, 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 18448))]  # fmt: skip
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: both)
+    assert loadgen.listeners("localhost", 18448) == {10, 30}
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the lines are a little-endian kernel's")
+def test_several_listeners_time_the_load_generator_alone_and_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    fake_proc(tmp_path, monkeypatch, ("0100007F:0009", [10]), ("0100007F:0009", [11]))
+    answering(monkeypatch, lambda n: None)
+    r = cli("serve", "bench", "http://127.0.0.1:9", "--concurrency", "1", "--max-requests", "2",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert (
+        "2 processes (pids 10, 11) listen where http://127.0.0.1:9/predict connects: the CPU "
+        "wait is the load generator's alone" in " ".join(r.err.split())
+    )
+    (level,) = json.loads(r.out)["levels"]
+    assert level["contention"]["process"] == "load generator"
+
+
+def _ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+LISTEN = """
+import socket, sys
+with socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET) as sock:
+    sock.bind((sys.argv[1], int(sys.argv[2])))
+    sock.listen()
+    print("listening", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net")
+@pytest.mark.parametrize("other", ["127.0.0.2", "::1"])
+def test_two_real_listeners_on_one_port_are_told_apart_by_address(other: str) -> None:
+    """This process listens on 127.0.0.1:P, a child on `other`:P."""
+    if ":" in other and not _ipv6():
+        pytest.skip("no IPv6 here")
+    with socket.create_server(("127.0.0.1", 0)) as ours:
+        port = ours.getsockname()[1]
+        command = [sys.executable, "-c", LISTEN, other, str(port)]
+        with subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        ) as child:
+            assert child.stdout is not None and child.stdin is not None
+            try:
+                assert child.stdout.readline() == "listening\n"
+                assert loadgen.listeners(other, port) == {child.pid}
+                assert loadgen.listeners("127.0.0.1", port) == {os.getpid()}
+            finally:
+                child.stdin.close()

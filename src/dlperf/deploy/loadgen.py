@@ -13,8 +13,9 @@ machine is loaded: a benchmark must never become a flood against someone else's 
 
 Server and load generator share this machine's CPUs, with whatever else runs on it, so each
 level's timed stretch (after the warm-up requests) is a contention window
-(dlperf.contention) of the load generator's process and of the server's, found by its
-listening port (Linux's /proc; where it cannot be seen, the load generator's alone): the
+(dlperf.contention) of the load generator's process and of the server's, found by the
+socket listening on the URL's address and port (Linux's /proc; where it cannot be seen, or
+several processes hold such sockets, the load generator's alone): the
 level carries the more contended one's `cpu_wait_share` and figures (`contention`, with
 `process`: "server" or "load generator") and its mark (`reliable`, `reliability_note`). Its
 `stops` are None: neither process counts its continuations here (dlperf.contention's
@@ -30,6 +31,8 @@ import io
 import ipaddress
 import math
 import os
+import socket
+import sys
 import time
 from collections import Counter
 from contextlib import AsyncExitStack
@@ -52,6 +55,7 @@ MIN_DURATION_S = 0.1  # a level's least --duration
 # Files the load generator opens beside its clients' connections and those open as it starts:
 # the event loop's, the contention windows' reads of /proc.
 SPARE_FILES = 32
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
 HEADERS = {"content-type": "application/octet-stream"}
 # a 2xx's status when its answer is not a prediction (_is_prediction): "200-not-prediction"
@@ -171,7 +175,15 @@ def run(
     rep = reporter or NullReporter()
     _room_for_clients(max(concurrency))
 
-    server = listener(urlsplit(endpoint).port or 80)
+    parts = urlsplit(endpoint)
+    servers = listeners(parts.hostname or "", parts.port or 80)
+    # Of several, which serves this URL (or whether all do) cannot be told: no guess.
+    server = next(iter(servers)) if len(servers) == 1 else None
+    if len(servers) > 1:
+        rep.log(
+            f"{len(servers)} processes (pids {', '.join(map(str, sorted(servers)))}) listen "
+            f"where {endpoint} connects: the CPU wait is the load generator's alone"
+        )
     results = [] if done is None else done
 
     async def levels() -> list[LevelResult]:
@@ -209,11 +221,15 @@ def _quiet_stop(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
     loop.default_exception_handler(context)
 
 
-def listener(port: int) -> int | None:
-    """The pid of the process on this machine listening on TCP `port` (the socket's inode in
-    /proc/net/tcp or tcp6, then the process that holds it), None where none can be seen
-    (another user's process, another network namespace, no /proc)."""
-    sockets = set()
+def listeners(host: str, port: int) -> set[int]:
+    """The pids of the processes on this machine holding the TCP socket that a connection to
+    `host`:`port` lands on: one listening on that address, else a wildcard one (0.0.0.0, or
+    :: which takes IPv4 too), as the kernel picks; of localhost, every address it resolves
+    to. Found by the sockets' inodes in /proc/net/tcp and tcp6, then the processes that hold
+    them; empty where none can be seen (another user's process, another network namespace,
+    no /proc). Several: two servers with SO_REUSEPORT, a forked worker, or localhost's two
+    addresses each taken."""
+    bound: dict[IPAddress, set[str]] = {}  # a listening address: its sockets
     for table in ("tcp", "tcp6"):
         try:
             lines = (PROC / "net" / table).read_text().splitlines()[1:]
@@ -221,15 +237,46 @@ def listener(port: int) -> int | None:
             continue
         for line in lines:
             fields = line.split()  # sl local_address rem_address st ... uid timeout inode
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
-                sockets.add(f"socket:[{fields[9]}]")
+            local, _, at = fields[1].rpartition(":")
+            if fields[3] == "0A" and int(at, 16) == port:  # LISTEN
+                bound.setdefault(_kernel_address(local), set()).add(f"socket:[{fields[9]}]")
+    sockets: set[str] = set()
+    for address in _addresses(host):
+        wildcards = [ipaddress.ip_address("::")]  # a dual-stack socket: the IPv4 ones too
+        if address.version == 4:
+            wildcards.append(ipaddress.ip_address("0.0.0.0"))
+        exact = bound.get(address)
+        sockets |= exact or {each for w in wildcards for each in bound.get(w, set())}
+    pids = set()
     for process in PROC.glob("[0-9]*") if sockets else ():
         try:
             if any(os.readlink(fd) in sockets for fd in (process / "fd").iterdir()):
-                return int(process.name)
+                pids.add(int(process.name))
         except OSError:  # not ours to read, or gone
             continue
-    return None
+    return pids
+
+
+def _plain(address: IPAddress) -> IPAddress:
+    """An IPv4-mapped IPv6 address (::ffff:127.0.0.1) as the IPv4 address it stands for."""
+    return (address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None) or address
+
+
+def _kernel_address(text: str) -> IPAddress:
+    """An address as /proc/net/tcp{,6} prints it: each 32-bit word in hex, in host order."""
+    words = (int(text[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
+    return _plain(ipaddress.ip_address(b"".join(words)))
+
+
+def _addresses(host: str) -> set[IPAddress]:
+    """The addresses a client connects to for `host` (a loopback one, `target` saw to it)."""
+    if host != "localhost":
+        return {_plain(ipaddress.ip_address(host))}
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:  # no resolver entry at all: both of localhost's usual addresses
+        return {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
+    return {_plain(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in found}
 
 
 def _client() -> httpx.AsyncClient:
