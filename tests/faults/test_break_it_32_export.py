@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from dlperf.deploy.export import onnx_failure
 from tests.conftest import CliResult
@@ -91,3 +92,54 @@ def test_onnx_failure_keeps_the_runtimes_reason_whole_and_names_what_bakes_the_b
         "tensor operations, not made a Python number (len(x), float(), int(), NumPy of it) "
         "nor written as a number"
     )
+
+
+# A forward that asks for CUDA, one that reads a file not there, and one that calls a module
+# without a forward: each line names the model exported, as export's own shape line does
+NAMED = """
+import torch, torch.nn as nn
+class M(nn.Module):
+    def __init__(s, n=10): super().__init__(); s.l=nn.Linear(64, n)
+class Cuda(M):
+    def forward(s, x): return s.l(x.flatten(1).cuda())
+class Reads(M):
+    def forward(s, x): return s.l(x.flatten(1)) + torch.load("gone.pt")
+class Holder(M):
+    def __init__(s, n=10): super().__init__(n); s.blocks = nn.ModuleList([nn.Identity()])
+    def forward(s, x): return s.l(s.blocks(x).flatten(1))
+def cuda(num_classes=10): return Cuda(num_classes)
+def reads(num_classes=10): return Reads(num_classes)
+def holder(num_classes=10): return Holder(num_classes)
+"""
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [
+        pytest.param(
+            "cuda",
+            "{what} moves tensors to cuda in its forward, and this machine has no cuda (dlperf runs "
+            "it on cpu) (use the input's device, .to(x.device), or leave the placing to dlperf)",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has cuda"),
+        ),
+        (
+            "reads",
+            "the forward of {what} failed to read gone.pt (at dev.py:8): No such file or directory",
+        ),
+        (
+            "holder",
+            "{what} calls a module of class ModuleList, and class ModuleList defines no forward()",
+        ),
+    ],
+)
+def test_export_dry_forward_lines_name_the_model(
+    cli: Cli, models: Path, factory: str, said: str
+) -> None:
+    # before: "error: the model moves tensors to cuda ...", "the forward of the model failed
+    # to read ...", "the model calls a module ...": export names the model in its other lines
+    (models / "dev.py").write_text(NAMED)
+    result = cli("export", f"dev.py:{factory}", "--input", "1,8,8", "--out", "m.onnx")
+    assert (result.code, result.out) == (2, ""), (result.code, result.out, result.err)
+    line = result.err.strip().splitlines()[0]
+    assert line.startswith("error: " + said.format(what=f"model 'dev.py:{factory}'")), line
+    assert list(models.glob("*m.onnx*")) == []

@@ -106,7 +106,7 @@ def test_a_forward_asking_for_a_missing_device_is_named_by_export(
 ) -> None:
     # before: "model 'dev1.py:cuda' rejects input of shape (1, 8, 8): Found no NVIDIA driver"
     result = cli("export", f"dev1.py:{factory}", "--input", "1,8,8", "--out", "m.onnx")
-    _said(result, "the model", device, "cpu")
+    _said(result, f"model 'dev1.py:{factory}'", device, "cpu")  # export names the model
     assert list(models.glob("m.onnx*")) == []
 
 

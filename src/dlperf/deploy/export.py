@@ -107,7 +107,8 @@ def from_registry(
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
     _record_build(meta, name, kwargs)
-    output = dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")
+    what = f"model '{name}'"  # in every refusal of the dry forward, not "the model"
+    output = dry_forward(model, shape, f"{what} rejects input of shape {shape}", what=what)
     # The exporter and the parity check take one tensor of scores, as `dlperf infer` reads it.
     if not isinstance(output, torch.Tensor):
         raise UserError(
