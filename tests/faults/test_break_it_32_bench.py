@@ -15,6 +15,8 @@ C7: a stop (SIGTERM, Ctrl-C) after a finished level threw that level away, witho
 C10: the server's process was found by its listening port alone: with two servers on one port
 (127.0.0.1 and 127.0.0.2, or ::1) the bench of the healthy one named the other's pid as
 stopped, and timed the other's CPU wait.
+C11: the URL `serve --host 0.0.0.0` printed (http://0.0.0.0:PORT, before serve gave the loopback
+one) was refused as "not a loopback address; serve bench only loads a server on this machine".
 
 The server is httpx's MockTransport in this process (no network, no timer).
 """
@@ -334,3 +336,25 @@ def test_two_real_listeners_on_one_port_are_told_apart_by_address(other: str) ->
                 assert loadgen.listeners("127.0.0.1", port) == {os.getpid()}
             finally:
                 child.stdin.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "use"),
+    [
+        ("http://0.0.0.0:18449", "0.0.0.0", "use http://127.0.0.1:18449"),
+        ("http://[::]:18449/predict?x=1", "::", "use http://[::1]:18449/predict?x=1"),
+        ("http://[::ffff:0.0.0.0]:18449", "::ffff:0.0.0.0", "use http://127.0.0.1:18449"),
+        ("http://0.0.0.0/predict", "0.0.0.0", "use http://127.0.0.1/predict"),
+    ],
+)
+def test_a_wildcard_address_is_refused_naming_the_loopback_url(
+    cli: Cli, url: str, host: str, use: str
+) -> None:
+    with pytest.raises(UserError) as refused:
+        loadgen.target(url)
+    assert (refused.value.message, refused.value.hint) == (
+        f"{host} is where a server listens (every interface), not an address to connect to",
+        use,
+    )
+    r = cli("serve", "bench", url, "--duration", "1")
+    assert (r.code, r.out, r.err) == (2, "", f"error: {refused.value}\n")

@@ -131,6 +131,19 @@ def target(url: str) -> str:
     if port == 0:  # nothing can be reached on port 0 either
         raise UserError(f"'{url}' has no valid port (1-65535)", EXAMPLE_URL)
     host = parts.hostname
+    try:
+        address: IPAddress | None = _plain(ipaddress.ip_address(host))
+    except ValueError:  # a name: localhost, or one refused below
+        address = None
+    # Where `serve --host 0.0.0.0` listens, and the URL it printed before round 32
+    if address is not None and address.is_unspecified:
+        loopback = "127.0.0.1" if address.version == 4 else "[::1]"
+        netloc = loopback if port is None else f"{loopback}:{port}"
+        url_to_use = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        raise UserError(
+            f"{host} is where a server listens (every interface), not an address to connect to",
+            f"use {url_to_use}",
+        )
     if not is_loopback(host):
         raise UserError(
             f"{host} is not a loopback address; serve bench only loads a server on this machine",
