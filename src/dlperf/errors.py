@@ -101,7 +101,7 @@ _NO_DEVICE = re.compile(
 )
 
 
-def missing_device(e: BaseException, what: str, on: str) -> UserError | None:
+def missing_device(e: BaseException, what: str, on: str) -> MissingDevice | None:
     """The one line for a forward of `what` (the model) that moved its tensors to a device this
     machine lacks (.to("cuda"), .cuda(), torch.zeros(..., device="mps")), which dlperf runs on
     `on`: torch's error was told as the images' or the input shape's fault. None for any other.
@@ -114,7 +114,7 @@ def missing_device(e: BaseException, what: str, on: str) -> UserError | None:
         asked = found["backend"].lower()
         if _present(asked):  # an operator missing for a device it has: not the device's fault
             return None
-    return UserError(
+    return MissingDevice(
         f"{what} moves tensors to {asked} in its forward, and this machine has no {asked} "
         f"(dlperf runs it on {on})",
         "use the input's device, .to(x.device), or leave the placing to dlperf",
@@ -202,6 +202,11 @@ def not_utf8(path: object, e: UnicodeDecodeError) -> UserError:
     """The one line for a file the user named that is not UTF-8 (a Latin-1 export, a binary).
     No offset: a reader that decodes in chunks knows it only within its chunk."""
     return UserError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x})", "save it as UTF-8")
+
+
+class MissingDevice(UserError):
+    """A forward that moved its tensors to a device this machine lacks (`missing_device`): no
+    sign of the images' shape or dtype, to be told as it is."""
 
 
 class NoSuchRun(UserError):

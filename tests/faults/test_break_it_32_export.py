@@ -118,8 +118,9 @@ def holder(num_classes=10): return Holder(num_classes)
     [
         pytest.param(
             "cuda",
-            "{what} moves tensors to cuda in its forward, and this machine has no cuda (dlperf runs "
-            "it on cpu) (use the input's device, .to(x.device), or leave the placing to dlperf)",
+            "{what} moves tensors to cuda in its forward, and this machine has no cuda (dlperf "
+            "runs it on cpu) (use the input's device, .to(x.device), or leave the placing to "
+            "dlperf)",
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has cuda"),
         ),
         (
@@ -143,3 +144,58 @@ def test_export_dry_forward_lines_name_the_model(
     line = result.err.strip().splitlines()[0]
     assert line.startswith("error: " + said.format(what=f"model 'dev.py:{factory}'")), line
     assert list(models.glob("*m.onnx*")) == []
+
+
+# A forward that asks for CUDA, and says each time it is called (the file is the model's)
+COUNTED = """
+import torch, torch.nn as nn
+class Cuda(nn.Module):
+    def __init__(s, n=10): super().__init__(); s.l=nn.Linear(64, n)
+    def forward(s, x):
+        with open("calls.txt", "a") as f:
+            f.write("forward\\n")
+        return s.l(x.flatten(1).cuda())
+class Training(Cuda):
+    def forward(s, x): return s.l(x.flatten(1).cuda() if s.training else x.flatten(1))
+def cuda(num_classes=10): return Cuda(num_classes)
+def training(num_classes=10): return Training(num_classes)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has cuda")
+def test_run_refuses_a_forward_asking_for_a_missing_device_without_the_rechecks(
+    cli: Cli, models: Path
+) -> None:
+    # before: the line was right, but the build's re-checks for what else the images' refusal
+    # could be (not_float32, misfit) ran first: misfit's forwards at sides 16 up to 1024, each
+    # failing for the device again
+    (models / "dev.py").write_text(COUNTED)
+    (models / "run.toml").write_text(
+        '[model]\nname = "dev.py:cuda"\n[data]\nname = "digits"\nnum_workers = 0\n'
+        '[train]\nepochs = 1\n[run]\nthreads = 1\ndevice = "cpu"\n'
+    )
+    result = cli("run", "run.toml")
+    assert (result.code, result.out) == (2, ""), (result.code, result.out, result.err)
+    assert result.err.strip() == (
+        f"error: model '{models / 'dev.py'}:cuda' moves tensors to cuda in its forward, and this "
+        "machine has no cuda (dlperf runs it on cpu) (use the input's device, .to(x.device), or "
+        "leave the placing to dlperf)"
+    ), result.err
+    assert (models / "calls.txt").read_text().splitlines() == ["forward"]  # the dry one alone
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has cuda")
+def test_run_names_the_model_whose_forward_asks_for_a_missing_device_in_training_alone(
+    cli: Cli, models: Path
+) -> None:
+    # before: "error: the model moves tensors to cuda ...": the training-mode dry forward
+    (models / "dev.py").write_text(COUNTED)
+    (models / "run.toml").write_text(
+        '[model]\nname = "dev.py:training"\n[data]\nname = "digits"\nnum_workers = 0\n'
+        '[train]\nepochs = 1\n[run]\nthreads = 1\ndevice = "cpu"\n'
+    )
+    result = cli("run", "run.toml")
+    assert (result.code, result.out) == (2, ""), (result.code, result.out, result.err)
+    assert result.err.strip().startswith(
+        f"error: model '{models / 'dev.py'}:training' moves tensors to cuda in its forward"
+    ), result.err

@@ -45,7 +45,7 @@ from dlperf.engine.checks import (
 from dlperf.engine.profiler import check_fits
 from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
-from dlperf.errors import UserError
+from dlperf.errors import MissingDevice, UserError
 from dlperf.models import create_model, transfer
 from dlperf.models.registry import check_automatic, noting, too_deep, without_automatic
 from dlperf.progress import Reporter
@@ -387,7 +387,7 @@ def _check_model(
     check_not_quantized(model, name)
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device, what=f"model {name}")
-    except (TooDeep, ReadFailed):  # neither its parameters' dtype nor the images' size
+    except (TooDeep, ReadFailed, MissingDevice):  # not its parameters' dtype, the images' size
         raise
     except UserError as e:
         refused = not_float32(model, name, e.message, exp.run.precision) or misfit(
@@ -398,7 +398,7 @@ def _check_model(
     check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)
     # return more than their scores in training mode only.
-    output = dry_forward(model, data.shape, rejects, device, training=True)
+    output = dry_forward(model, data.shape, rejects, device, training=True, what=f"model {name}")
     check_classifier(model, output, data.num_classes, name, "in training mode")
     unused = dry_backward(model, data.shape, name, device)
     if unused and reporter is not None:  # a DDP worker says its own (find_unused_parameters)
