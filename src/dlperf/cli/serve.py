@@ -128,7 +128,7 @@ def start(
         )
     served = server_app.state.model
     url = client_url(opts.host, sock.getsockname()[1])
-    listening = f", listening on every interface ({opts.host})" if is_wildcard(opts.host) else ""
+    listening = f" (listening on every interface, {opts.host})" if is_wildcard(opts.host) else ""
     console.err_line(
         f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
         f"{served.note}) on {url}{listening} - Ctrl-C stops after the queued requests"
