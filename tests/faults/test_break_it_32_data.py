@@ -15,6 +15,12 @@ C3. An .npz was read whole with no memory check (about 3 times its images at the
 C4. An image folder of train/, val/ and test/ left val/'s images in no split (test/ is the test
     split, validation data.val_fraction of train/), exit 0, no word: they are said, with
     their count, as a warning of `run` and `data describe`.
+
+Fixer G.
+
+C6. data.image_size on in-memory data (npz, digits, MNIST, CIFAR) stretched a non-square
+    image to a square, while an image folder, infer and serve resize it on its shorter side
+    and centre-crop it: one picture, two tensors. In memory it is covered and cropped too.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data, make_loader, sources
@@ -159,3 +166,55 @@ def test_val_images_beside_a_test_folder_are_said_to_be_unused(cli: Cli, tmp_pat
     shutil.rmtree(root / "test")
     r = cli("data", "describe", "imagefolder", *sets, "--out", str(tmp_path / "d"), "--json")
     assert r.code == 0 and json.loads(r.out)["warnings"] == [], r.err
+
+
+# --- C6: data.image_size on in-memory non-square images -----------------------------------------
+
+
+def same_pictures(tmp_path: Path, shape: tuple[int, int]) -> tuple[Path, Path]:
+    """The same 4 random pictures of `shape` (H, W), one class each, as an .npz and as an
+    image folder (train/ and val/ hold them all)."""
+    images = np.random.default_rng(6).integers(0, 256, (4, 3, *shape), dtype=np.uint8)
+    npz = tmp_path / "pictures.npz"
+    np.savez(npz, images=images, labels=np.arange(4))
+    folder = tmp_path / "pictures"
+    for split in ("train", "val"):
+        for label, image in enumerate(images):
+            (folder / split / str(label)).mkdir(parents=True)
+            Image.fromarray(image.transpose(1, 2, 0)).save(folder / split / str(label) / "0.png")
+    return npz, folder
+
+
+def by_label(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return images[labels.argsort()].float()
+
+
+@pytest.mark.parametrize("shape", [(16, 24), (24, 16), (10, 7)])
+def test_an_npz_resizes_non_square_images_as_an_image_folder_does(
+    tmp_path: Path, shape: tuple[int, int]
+) -> None:
+    """Before: 16x24 pictures at data.image_size 8, the .npz's squashed to 8x8 (281-372 apart
+    on 0..255 from the folder's), the folder's resized to 8x12 and centre-cropped."""
+    npz, folder = same_pictures(tmp_path, shape)
+    splits = {"val_fraction": 0.0, "image_size": 8}
+    a = load_data(DataConfig(name="npz", root=str(npz), test_fraction=0, **splits)).train
+    b = load_data(DataConfig(name="imagefolder", root=str(folder), **splits)).train
+    assert a.images is not None and b.images is not None
+    from_npz, from_folder = by_label(a.images, a.labels), by_label(b.images, b.labels)
+    assert from_npz.shape == from_folder.shape == (4, 3, 8, 8)
+    # torch's antialiased bilinear and Pillow's round apart by at most 1 of 255
+    assert (from_npz - from_folder).abs().max() <= 1
+
+
+def test_square_in_memory_images_are_resized_as_before(tmp_path: Path) -> None:
+    """Square images take no crop: the whole image resized, exactly as before the fix."""
+    images = np.random.default_rng(7).integers(0, 256, (4, 3, 12, 12), dtype=np.uint8)
+    np.savez(tmp_path / "sq.npz", images=images, labels=np.arange(4))  # one class each
+    cfg = DataConfig(name="npz", root=str(tmp_path / "sq.npz"), test_fraction=0, image_size=8)
+    split = load_data(cfg.model_copy(update={"val_fraction": 0.0})).train
+    assert split.images is not None
+    before = torch.nn.functional.interpolate(
+        torch.from_numpy(images).float(), size=(8, 8), mode="bilinear", antialias=True
+    )
+    expected = before.round().clamp(0, 255).to(torch.uint8)
+    assert torch.equal(split.images[split.labels.argsort()], expected)

@@ -161,14 +161,23 @@ def _synthetic_fix(data: ImageData, drawn: int) -> str:
     return ", ".join(fixes)
 
 
+# Floats a chunk of `resize` holds at once (256 MiB), its images and their resize: a thin
+# image's resize before its crop is as long as its aspect ratio, and a fixed 1,024 images of
+# it could take GBs.
+RESIZE_FLOATS = 2**26
+
+
 def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
     """`data` (in memory) with every image resized to side x side, once, kept uint8; `data`
-    itself when its images already are."""
+    itself when its images already are. As an image file is (`decode_file`, infer, serve): the
+    shorter side resized to `side`, then centre-cropped, with torchvision's rounding
+    (`image_modes.covering`). Stretched to the square, as it was until round 32, a non-square
+    image gave other pixels than the same picture in a folder, or sent to infer or serve."""
     if data.shape[1:] == (side, side):
         return data
     held = [data.unlabeled] if data.unlabeled is not None else []
     splits = [data.train, data.val, data.test, *held]
-    channels = data.shape[0]
+    channels, height, width = data.shape
     needed = sum(len(s) for s in splits) * channels * side * side
     if needed > max_memory_gb * 2**30:
         raise UserError(
@@ -176,17 +185,19 @@ def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
             f"{needed / 2**30:.1f} GB, more than data.max_memory_gb {max_memory_gb:g}",
             "set a smaller data.image_size or a larger data.max_memory_gb",
         )
+    new_w, new_h, top, left = image_modes.covering((width, height), side, side)
+    per_chunk = max(1, RESIZE_FLOATS // (channels * (height * width + new_h * new_w)))
 
     def resized(split: Split) -> Split:
         assert split.images is not None
         chunks = [
             torch.nn.functional.interpolate(
-                chunk.float(), size=(side, side), mode="bilinear", antialias=True
-            )
+                chunk.float(), size=(new_h, new_w), mode="bilinear", antialias=True
+            )[..., top : top + side, left : left + side]
             .round_()
             .clamp_(0, 255)
             .to(torch.uint8)
-            for chunk in torch.split(split.images, 1024)  # bounds the float copy's memory
+            for chunk in torch.split(split.images, per_chunk)  # bounds the float copy's memory
         ]
         images = torch.cat(chunks) if chunks else split.images.new_empty(0, channels, side, side)
         return Split(split.labels, images)
