@@ -57,6 +57,18 @@ def clip(text: str, limit: int, ellipsis: str = "...") -> str:
     return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
 
 
+BINARY_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def binary_size(size: float) -> str:
+    """`size` bytes in the largest binary unit it holds one of, to one decimal: "6.6 MiB",
+    "2.0 GiB"; under 1 KiB in bytes ("512 bytes")."""
+    for scale, name in BINARY_UNITS:
+        if abs(size) >= scale:
+            return f"{size / scale:,.1f} {name}"
+    return f"{size:,.0f} bytes"
+
+
 # Summary keys carry their unit in their name (dlperf's convention: train_time_s,
 # peak_memory_bytes, error_pct, scoring_images_per_s), or in their parent's for the values of
 # a nested dict (phases.data, step_time_spread.min, throughput_spread.max).

@@ -48,8 +48,8 @@ def test_images_that_would_not_fit_the_disk_are_refused_before_writing(
     one_line(
         cli("detect", "make-shapes", str(root), "--images", "1000000000", "--size", "64"),
         2,
-        f"error: 1,000,000,000 images of 64×64 take about 11,444.1 GiB, and {tmp_path} has "
-        "0.0 GiB free: about 2 fit (give --images 2 or fewer, or a folder on a disk with room)",
+        f"error: 1,000,000,000 images of 64×64 take about 11.2 TiB, and {tmp_path} has "
+        "24.0 KiB free: about 2 fit (give --images 2 or fewer, or a folder on a disk with room)",
     )
     assert not root.exists()
     r = cli("detect", "make-shapes", str(root), "--images", "2", "--size", "64")

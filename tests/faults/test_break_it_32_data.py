@@ -21,6 +21,8 @@ Fixer G.
 C6. data.image_size on in-memory data (npz, digits, MNIST, CIFAR) stretched a non-square
     image to a square, while an image folder, infer and serve resize it on its shorter side
     and centre-crop it: one picture, two tensors. In memory it is covered and cropped too.
+C8. `detect make-shapes` refused on a small disk said "take about 0.0 GiB, and DIR has 0.0 GiB
+    free": the sizes are in the unit that shows them (KiB, MiB, GiB).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import pytest
 import torch
 from PIL import Image
 
+from dlperf import formatting
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data, make_loader, sources
 from dlperf.detect import voc
@@ -218,3 +221,29 @@ def test_square_in_memory_images_are_resized_as_before(tmp_path: Path) -> None:
     )
     expected = before.round().clamp(0, 255).to(torch.uint8)
     assert torch.equal(split.images[split.labels.argsort()], expected)
+
+
+# --- C8: make-shapes' room in a unit that shows it ------------------------------------------
+
+
+def test_make_shapes_on_a_small_disk_says_the_sizes_in_a_unit_that_shows_them(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: "400 images of 96×96 take about 0.0 GiB, and DIR has 0.0 GiB free" (a 2 MiB
+    tmpfs): the refusal said neither its need nor its room."""
+    usage = shutil.disk_usage(tmp_path)._replace(free=2 * 2**20)
+    monkeypatch.setattr(voc.shutil, "disk_usage", lambda _: usage)
+    r = cli("detect", "make-shapes", str(tmp_path / "sh"), "--images", "400", "--size", "96")
+    fits = 2 * 2**20 // voc.image_bytes(96)
+    one_line(r, 2, f"400 images of 96×96 take about 6.6 MiB, and {tmp_path} has 2.0 MiB "
+             f"free: about {fits} fit", f"give --images {fits} or fewer, or a folder on a disk "
+             "with room")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [(0, "0 bytes"), (1023, "1,023 bytes"), (2**10, "1.0 KiB"), (6_963_200, "6.6 MiB"),
+     (3 * 2**30, "3.0 GiB"), (2**50, "1,024.0 TiB")],
+)  # fmt: skip
+def test_binary_size_picks_the_unit_that_shows_a_size(size: int, said: str) -> None:
+    assert formatting.binary_size(size) == said

@@ -37,7 +37,7 @@ import numpy as np
 
 from dlperf import image_modes
 from dlperf.errors import UserError, not_utf8
-from dlperf.formatting import few
+from dlperf.formatting import binary_size, few
 from dlperf.parsing import name_text, plain_number
 from dlperf.paths import link_loop, link_to_nothing, not_regular, replaced, writing
 from dlperf.system import machine_memory
@@ -957,8 +957,8 @@ def _check_room(root: Path, images: int, size: int) -> None:
         return
     fits = free // each
     raise UserError(
-        f"{images:,} images of {size}×{size} take about {images * each / 2**30:,.1f} GiB, "
-        f"and {there} has {free / 2**30:,.1f} GiB free: about {fits:,} fit",
+        f"{images:,} images of {size}×{size} take about {binary_size(images * each)}, "
+        f"and {there} has {binary_size(free)} free: about {fits:,} fit",
         f"give --images {fits} or fewer, or a folder on a disk with room"
         if fits >= 2
         else "free space on the disk, or give a folder on another",
