@@ -57,6 +57,14 @@ def clip(text: str, limit: int, ellipsis: str = "...") -> str:
     return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
 
 
+def gib(size: float) -> str:
+    """`size` bytes in GiB, the number alone: to one decimal with thousands separators from
+    0.1 GiB up (23.5, 1,024.0), to 2 significant digits below it (0.05, 5.4e-06), so that a
+    size that is there never reads 0.0."""
+    value = size / 2**30
+    return f"{value:,.1f}" if value >= 0.1 else f"{value:.2g}"
+
+
 BINARY_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 
 

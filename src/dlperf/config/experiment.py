@@ -45,7 +45,7 @@ from dlperf.config.base import (
     Size,
     Std,
 )
-from dlperf.formatting import few
+from dlperf.formatting import few, gib
 from dlperf.parsing import absolute_model_name, has_control, is_file_spec, model_file_text
 from dlperf.paths import file_digest
 from dlperf.system import machine_memory
@@ -252,7 +252,9 @@ class DataConfig(Section):
     in_memory: bool | None = None
     """Decode the whole data set into memory; None decides by `max_memory_gb`."""
     max_memory_gb: NonNegative = 4.0
-    """Largest decoded data set kept in memory when `in_memory` is unset."""
+    """Largest decoded data set kept in memory when `in_memory` is unset: a larger image folder
+    is streamed, a larger .npz (which cannot be) is refused. A set resized in memory to
+    `image_size` is held to it even so."""
     val_fraction: Fraction = 0.1
     """Share of the training set held out for per-epoch validation."""
     test_fraction: Fraction = 0.2
@@ -392,8 +394,8 @@ class AugmentConfig(Section):
         if needed > memory:
             return (
                 f"augment.batch_aug_m {m}: {m} copies of a batch of {images} images of "
-                f"{channels}x{h}x{w} take {_gib(needed)} GiB as float32, more than this "
-                f"machine's {_gib(memory)} GiB of memory",
+                f"{channels}x{h}x{w} take {gib(needed)} GiB as float32, more than this "
+                f"machine's {gib(memory)} GiB of memory",
                 f"give a smaller augment.batch_aug_m or {fewer}",
             )
         return None
@@ -564,11 +566,6 @@ class Experiment(Section):
         if source is not None:
             d["model"]["file_sha256"] = source
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _gib(size: int) -> str:
-    gib = size / 2**30
-    return f"{gib:,.1f}" if gib >= 0.1 else f"{gib:.2g}"
 
 
 LABEL_BYTES = 8  # torch.randint's int64, as data.sources.synthetic draws the labels

@@ -42,6 +42,7 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
+from dlperf.formatting import gib
 from dlperf.parsing import file_name_text, name_text, one_line
 from dlperf.paths import link_loop, link_to_nothing, not_regular, unnamed_cwd
 from dlperf.system import machine_memory
@@ -2229,11 +2230,6 @@ def _npz_array(
 NPZ_PEAK = 3
 
 
-def _gib(size: float) -> str:
-    gib = size / 2**30
-    return f"{gib:,.1f}" if gib >= 0.1 else f"{gib:.2g}"
-
-
 def _up(value: float) -> float:
     """`value` (> 0) rounded up to 2 significant digits: a limit to give that holds it."""
     step = 10.0 ** (math.floor(math.log10(value)) - 1)
@@ -2256,14 +2252,14 @@ def _npz_fits(
         fits = memory // (NPZ_PEAK * each) if each else 0
         said = f"{dtype} {' x '.join(map(str, shape))}"
         raise UserError(
-            f"{path}: its {count:,} images ({said}) take {_gib(images)} GiB, and about "
-            f"{_gib(NPZ_PEAK * images)} GiB as they are loaded and split, more than this "
-            f"machine's {_gib(memory)} GiB of memory",
+            f"{path}: its {count:,} images ({said}) take {gib(images)} GiB, and about "
+            f"{gib(NPZ_PEAK * images)} GiB as they are loaded and split, more than this "
+            f"machine's {gib(memory)} GiB of memory",
             f"save at most {fits:,} images in it" if fits else "save smaller images in it",
         )
     if max_memory_gb is not None and images > max_memory_gb * 2**30:
         raise UserError(
-            f"{path}: its {count:,} images take {_gib(images)} GiB in memory, more than "
+            f"{path}: its {count:,} images take {gib(images)} GiB in memory, more than "
             f"data.max_memory_gb {max_memory_gb:g}: an .npz is held in memory whole, not "
             "streamed",
             f"set data.max_memory_gb = {_up(images / 2**30):g} or more, or data.in_memory = true",
