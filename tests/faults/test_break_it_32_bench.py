@@ -358,3 +358,19 @@ def test_a_wildcard_address_is_refused_naming_the_loopback_url(
     )
     r = cli("serve", "bench", url, "--duration", "1")
     assert (r.code, r.out, r.err) == (2, "", f"error: {refused.value}\n")
+
+
+# Reviewer 1 F8: the https hint was cut from the raw text: " https://127.0.0.1:8000" (which
+# urllib reads with its leading space stripped) got the refused URL back as the fix.
+@pytest.mark.parametrize(
+    ("url", "use"),
+    [
+        (" https://127.0.0.1:8000", "use http://127.0.0.1:8000"),
+        ("\thttps://127.0.0.1:8000/predict", "use http://127.0.0.1:8000/predict"),
+        ("HTTPS://[::1]:8000", "use http://[::1]:8000"),
+    ],
+)
+def test_the_https_hint_is_built_from_the_url_as_read(url: str, use: str) -> None:
+    with pytest.raises(UserError) as refused:
+        loadgen.target(url)
+    assert refused.value.hint == use

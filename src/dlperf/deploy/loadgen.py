@@ -120,7 +120,7 @@ def target(url: str) -> str:
     if parts.scheme == "https":
         raise UserError(
             f"'{url}': serve bench speaks http:// only, dlperf serve has no TLS",
-            f"use http{url[len('https') :]}",
+            f"use {urlunsplit(parts._replace(scheme='http'))}",  # as read: no edge white space
         )
     if parts.scheme != "http" or not parts.hostname:
         raise UserError(not_http, EXAMPLE_URL)
