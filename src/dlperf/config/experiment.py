@@ -252,9 +252,9 @@ class DataConfig(Section):
     in_memory: bool | None = None
     """Decode the whole data set into memory; None decides by `max_memory_gb`."""
     max_memory_gb: NonNegative = 4.0
-    """Largest decoded data set kept in memory when `in_memory` is unset: a larger image folder
-    is streamed, a larger .npz (which cannot be) is refused. A set resized in memory to
-    `image_size` is held to it even so."""
+    """Largest decoded data set kept in memory: with `in_memory` unset a larger image folder is
+    streamed; a larger .npz, which cannot be, is refused unless `in_memory = true`. A set
+    resized in memory to `image_size` is held to it even so."""
     val_fraction: Fraction = 0.1
     """Share of the training set held out for per-epoch validation."""
     test_fraction: Fraction = 0.2
