@@ -118,3 +118,18 @@ def test_serve_on_every_interface_names_the_loopback_url_and_the_bench_takes_it(
         " (listening on every interface, 0.0.0.0) - Ctrl-C stops after the queued requests"
     ), said
     loadgen.target(f"{url}/predict")  # serve bench takes it (it refused 0.0.0.0)
+
+
+def test_an_upgrade_value_is_logged_with_its_control_characters_escaped(
+    tiny: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reviewer 1 F4: the client's Upgrade value went to the operator's log raw: U+009B (CSI,
+    obs-text to h11) reached the terminal as a colour code."""
+    with serving(create_app(tiny, threads=1), 60.0, 100) as (url, _):
+        capfd.readouterr()  # the start's lines
+        with httpx.Client(base_url=url, timeout=EVENT_S) as client:
+            headers = {"Connection": "Upgrade", "Upgrade": b"\x9b31mRED\x9b0m"}
+            assert client.get("/v2/health/live", headers=headers).status_code == 200
+    said = capfd.readouterr().err + caplog.text
+    assert "\x9b" not in said, said
+    assert "upgrade the connection to \\x9b31mred\\x9b0m; dlperf serve speaks" in said, said

@@ -73,6 +73,7 @@ from dlperf.deploy.serve_metrics import (
 )
 from dlperf.deploy.served_model import OutOfMemory, ServedModel, out_of_memory
 from dlperf.errors import UserError
+from dlperf.parsing import printable
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
 _DEFAULTS = ServeConfig()
@@ -555,7 +556,8 @@ class _GuardedH11(H11Protocol):
         if server.upgrade_noted:
             return
         server.upgrade_noted = True
-        asked = (self._get_upgrade() or b"").decode("latin-1")[:40]
+        # The client's text: its control characters (C1's one-byte CSI, obs-text to h11) escaped
+        asked = printable((self._get_upgrade() or b"").decode("latin-1")[:40])
         _log.warning(
             "a client asked to upgrade the connection to %s; dlperf serve speaks HTTP/1.1 only: "
             "answered without upgrading (said once)",
