@@ -22,7 +22,7 @@ import threading
 import time
 import types
 import warnings
-from collections import defaultdict
+from collections import ChainMap, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -334,6 +334,9 @@ def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
     that share a storage share one on meta too, as a model file built there does: copied one
     at a time, a buffer viewing a parameter (or another buffer) was counted in bytes of its
     own, and two Parameters over one storage (a tied weight's transpose) lost their tie.
+    The model's other attributes are copied as deepcopy copies them, save what it need not or
+    cannot copy (`_share_attributes`); a module that still refuses a copy is a UserError
+    naming it (`_uncopyable`).
     Returns the copy, and the hooks left out of it as the caller's (`_drop_callers_hooks`)."""
     import torch
     from torch import nn
@@ -366,7 +369,13 @@ def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
                 # (a RuntimeError). Its hook, kept on the copy, computes it again there.
                 memo[id(value)] = value.detach().to("meta")
     with torch.no_grad():
-        copied = copy.deepcopy(model, memo)
+        _share_attributes(model, memo)
+        try:
+            copied = copy.deepcopy(model, memo)
+        except RecursionError:
+            raise  # a model nested too deep, told by analyze (nesting_told)
+        except Exception as e:
+            raise _uncopyable(model, memo, e) from None
     # A TorchScript module copies itself in C++, past the memo: its weights come back as plain
     # tensors on the model's device, without requires_grad, which .to("meta") refuses
     # ("param must be a Parameter"). They are given the meta copies as the rest were.
@@ -381,6 +390,96 @@ def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
                 if tensor is not None and id(tensor) in memo:
                     slots[key] = memo[id(tensor)]
     return copied, _drop_callers_hooks(copied)
+
+
+def _held(module: torch.nn.Module, seen: set[int]) -> Iterator[Any]:
+    """The objects `module`'s attributes hold (its hook dicts' too), and those inside the
+    lists, tuples, sets and dicts among them; not its parameters, buffers or submodules,
+    each object once (`seen`)."""
+    from torch import nn
+
+    state = vars(module)
+    skipped = {id(state[name]) for name in ("_parameters", "_buffers", "_modules") if name in state}
+    stack = [value for value in state.values() if id(value) not in skipped]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen or isinstance(value, nn.Module):
+            continue
+        seen.add(id(value))
+        yield value
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend(value)
+
+
+# What deepcopy takes as it is (or copies by walking it, a container): nothing to try first.
+_AS_IS = (
+    *(type(None), bool, int, float, complex, str, bytes, type, range),
+    *(types.FunctionType, types.BuiltinFunctionType, types.MethodType),
+    *(list, tuple, set, frozenset, dict),
+)
+
+
+def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
+    """Put in deepcopy's `memo` what the copy of `model` shares rather than copies: a tensor
+    kept as a plain attribute (a lookup table, not a buffer) as a copy-on-write clone, whose
+    data is the caller's until the copy writes into it, and a NumPy array as it is (both were
+    copied byte by byte: a 400 MB table took 545 MB more); and what deepcopy refuses, as it
+    is: a lock, a logging handler, an open file, a generator (a TypeError "cannot pickle
+    '_thread.lock' object" failed the count). The rest is tried first, one object at a time,
+    the copies kept in the memo for the model's deepcopy to use, so that only what fails is
+    shared: a dict holding a lock and a cache keeps a copy of its own, the lock shared.
+    Submodules first, so that an object reaching one (a helper holding a layer) finds what
+    the layer shares already shared."""
+    import numpy as np
+    import torch
+
+    seen: set[int] = set()
+    for module in reversed(list(model.modules())):
+        for value in _held(module, seen):
+            if id(value) in memo or isinstance(value, _AS_IS):
+                continue
+            if type(value) is torch.Tensor and value.layout == torch.strided:
+                if value.grad_fn is None:  # one that is no graph leaf: made on meta above
+                    clone = torch._lazy_clone(value.detach())
+                    memo[id(value)] = clone.requires_grad_(value.requires_grad)
+                continue
+            if isinstance(value, np.ndarray):
+                memo[id(value)] = value
+                continue
+            trial: ChainMap[int, Any] = ChainMap({}, memo)
+            try:
+                copy.deepcopy(value, trial)  # type: ignore[arg-type]  # read and set as a dict
+            except Exception:
+                memo[id(value)] = value
+                continue
+            made = trial.maps[0]
+            # deepcopy keeps the objects it copied alive under the memo's own id, here the
+            # trial's: kept under the memo's, or another object of that id later reads them
+            memo.setdefault(id(memo), []).extend(made.pop(id(trial), []))
+            memo.update(made)
+
+
+def _uncopyable(model: torch.nn.Module, memo: dict[int, Any], error: Exception) -> UserError:
+    """The error of a model whose deepcopy failed though `_share_attributes` shared what it
+    refused: one of its modules refuses a copy of itself (its class's __deepcopy__ or
+    __getstate__), named by copying each alone, its submodules shared, until one fails."""
+    failed = None
+    for path, module in reversed(list(model.named_modules())):
+        alone = ChainMap({id(child): child for child in module.children()}, memo)
+        try:
+            copy.deepcopy(module, alone)  # type: ignore[arg-type]
+        except Exception as e:
+            failed, error = f"{path or 'the model'} ({type(module).__name__})", e
+            break
+    said = " ".join(f"{type(error).__name__}: {error}".split())
+    return UserError(
+        f"dlperf.analyze counts a copy of the model, and {failed or 'the model'} cannot be "
+        f"copied: {said}",
+        "make copy.deepcopy of it work, or count the model from its file: "
+        "dlperf analyze file.py:factory",
+    )
 
 
 # A module's hook dicts that a count runs (forward, and backward with `train`), named.
@@ -592,7 +691,7 @@ def analyze(
     with stopping.deferred():
         from torch import nn
 
-        from dlperf.analytic.counting import API, check_options, count_model
+        from dlperf.analytic.counting import API, check_options, count_model, nesting_told
         from dlperf.analytic.counting import analyze as analyze_name
         from dlperf.models.registry import check_no_cycle
 
@@ -621,7 +720,8 @@ def analyze(
     left: list[str] = []  # the hooks left out of the copy, named
     try:
         with _no_exit(), _no_global_hooks():
-            copied, left = _meta_copy(model)
+            with nesting_told(model):  # deepcopy recurses at each level of the model's tree
+                copied, left = _meta_copy(model)
             counted = count_model(
                 copied, input_size, batch, train, precision, type(model).__name__, bias,
                 activations, macs_convention,
