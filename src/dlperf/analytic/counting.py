@@ -209,6 +209,9 @@ class Analysis:
     """Why the model was counted on real CPU tensors of random values, not on the meta device
     (torch's own function that reads tensor values, a tensor the model made on the CPU); None
     when counted on meta."""
+    unregistered: str | None = None
+    """A warning that the model keeps layers in a plain list, tuple or dict, unregistered:
+    their MACs are counted, their parameters are not (registry.unregistered_note)."""
 
     def macs_of(self, layer: Layer) -> int:
         return (
@@ -264,7 +267,7 @@ class Analysis:
     def unsupported_note(self) -> str | None:
         """What the counts leave out, and a count made on real tensors rather than the meta
         device, worth a warning; None when every operator counted on meta."""
-        said = [] if self.classes_note is None else [self.classes_note]
+        said = [x for x in (self.classes_note, self.unregistered) if x is not None]
         if self.real_tensors is not None:
             said.append(
                 "counted on real CPU tensors of random values, not on the meta device: "
@@ -2050,10 +2053,11 @@ def _analyze_module(
     name: str,
     command: str,
 ) -> Analysis:
-    from dlperf.models.registry import refuse_no_forward
+    from dlperf.models.registry import refuse_no_forward, unregistered_note
 
     _refuse_quantized(model, command)
     refuse_no_forward(model, "the model")
+    unregistered = unregistered_note(model)
     _refuse_zero_size(model, command)
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
@@ -2074,6 +2078,7 @@ def _analyze_module(
         layers=[], params=0, trainable_params=0, trainable_bias_params=0, receptive_field={},
         unsupported_ops={},
         kept=None if kept is None else str(kept).removeprefix("torch."),
+        unregistered=unregistered,
     )  # fmt: skip
     try:
         return _count(counted, model, x, command)

@@ -47,7 +47,13 @@ from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import MissingDevice, UserError
 from dlperf.models import create_model, transfer
-from dlperf.models.registry import check_automatic, noting, too_deep, without_automatic
+from dlperf.models.registry import (
+    check_automatic,
+    noting,
+    refuse_unregistered,
+    too_deep,
+    without_automatic,
+)
 from dlperf.progress import Reporter
 from dlperf.system import auto_threads, crowding, pick_device, set_threads
 
@@ -385,6 +391,8 @@ def _check_model(
             "initialise them",
         )
     check_not_quantized(model, name)
+    # Before model.to(device), which does not move them (the forward then fails on a GPU)
+    refuse_unregistered(model, f"model {name}")
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device, what=f"model {name}")
     except (TooDeep, ReadFailed, MissingDevice):  # not its parameters' dtype, the images' size

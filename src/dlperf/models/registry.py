@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from dlperf import stack
 from dlperf.config.base import check_utf8_name
@@ -1326,6 +1327,123 @@ def check_no_cycle(model: nn.Module, spec: str) -> None:
                     f"weakref.ref({_reached(held)})",
                 )
             stack.append((child, where, False))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unregistered:
+    """Layers or parameters a module holds in a plain list, tuple or dict attribute, which
+    PyTorch does not register: what `where` (its attribute path) leaves out of the model."""
+
+    where: str
+    kind: str  # "list", "tuple" or "dict"
+    params: int  # elements of its parameters that model.parameters() lacks
+    buffers: int  # and of its buffers that model.buffers() lacks
+    fix: str  # the container that registers them: nn.ModuleList, nn.ParameterDict ...
+
+    def line(self) -> str:
+        """What it leaves out, for a line of its own: "keeps layers in a plain Python list
+        (blocks): PyTorch does not register them: their 2,080 parameters are not trained,
+        moved or saved"."""
+        held = "parameters" if self.fix.startswith("nn.Parameter") else "layers"
+        left = [
+            f"{n:,} {what}"
+            for n, what in ((self.params, "parameters"), (self.buffers, "buffer elements"))
+            if n
+        ]
+        return (
+            f"keeps {held} in a plain Python {self.kind} ({self.where}): PyTorch does not "
+            f"register them: their {' and '.join(left)} are not "
+            f"{'trained, ' if self.params else ''}moved or saved"
+        )
+
+
+# What nn.Module.__init__ itself keeps in a module's __dict__ (_parameters, _modules, its
+# hooks' dicts ...): torch's bookkeeping, not the model's own attributes
+_MODULE_OWN = frozenset(vars(nn.Module()))
+
+
+def unregistered(model: nn.Module) -> list[Unregistered]:
+    """The attributes of `model`'s modules that hold layers (nn.Module) or nn.Parameters in a
+    plain list, tuple or dict, or one level down in one (`[[nn.Linear(...)], ...]`), whose
+    parameters or buffers are not the model's own otherwise. `self.blocks = [nn.Linear(..)]`
+    runs, but its weights are not in model.parameters(): never trained, moved or saved, and
+    counted as 0 params. A list of modules registered elsewhere too (`[self.a, self.b]`), of
+    numbers, strings or tensors, and torch's own modules are not flagged. Walked without
+    recursion, each module once (as `nesting`)."""
+    own = {id(t) for t in (*model.parameters(), *model.buffers())}
+    found: list[Unregistered] = []
+    counted: set[int] = set()  # a tensor held in two lists is left out once
+    seen: set[int] = set()
+    stack: list[tuple[nn.Module, str]] = [(model, "")]
+    while stack:
+        module, path = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        stack.extend(
+            (child, f"{path}.{name}" if path else name)
+            for name, child in module._modules.items()
+            if child is not None
+        )
+        if type(module).__module__.startswith("torch."):
+            continue  # torch's own (LSTM's _flat_weights, ...) are its to keep
+        for name, value in vars(module).items():
+            if name in _MODULE_OWN or not isinstance(value, list | tuple | dict):
+                continue
+            held = [x for item in _items(value) for x in (_items(item) or [item])]
+            layers = [x for x in held if isinstance(x, nn.Module)]
+            params = [x for x in held if isinstance(x, nn.Parameter)]
+            tensors = [t for m in layers for t in (*m.parameters(), *m.buffers())] + params
+            left = [t for t in tensors if id(t) not in own and id(t) not in counted]
+            # a lazy layer's weights have no size yet: left out all the same, counted as 0
+            sizes = {id(t): 0 if is_lazy(t) else t.numel() for t in left}
+            if not left:
+                continue
+            counted.update(id(t) for t in left)
+            kind = next(k.__name__ for k in (dict, tuple, list) if isinstance(value, k))
+            container = "Parameter" if not layers else "Module"
+            found.append(
+                Unregistered(
+                    where=f"{path}.{name}" if path else name,
+                    kind=kind,
+                    params=sum(sizes[id(t)] for t in left if isinstance(t, nn.Parameter)),
+                    buffers=sum(sizes[id(t)] for t in left if not isinstance(t, nn.Parameter)),
+                    fix=f"nn.{container}{'Dict' if isinstance(value, dict) else 'List'}",
+                )
+            )
+    return found
+
+
+def _items(value: object) -> list[object]:
+    """The values of a list, tuple or dict; [] for anything else."""
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _more(found: list[Unregistered]) -> str:
+    return f", and {len(found) - 1} more such attribute(s)" if len(found) > 1 else ""
+
+
+def refuse_unregistered(model: nn.Module, what: str) -> None:
+    """Refuse `model` (`what` names it) for training where it keeps layers or parameters in a
+    plain list, tuple or dict (`unregistered`): it trained without them, with no word."""
+    found = unregistered(model)
+    if found:
+        first = found[0]
+        raise UserError(f"{what} {first.line()}{_more(found)}", f"hold them in {first.fix}")
+
+
+def unregistered_note(model: nn.Module) -> str | None:
+    """A warning line for a count of `model` (analyze, predict) where it keeps layers or
+    parameters in a plain list, tuple or dict: their products are counted, in the row of the
+    module that ran them, but their parameters are not, and a run refuses the model."""
+    found = unregistered(model)
+    if not found:
+        return None
+    first = found[0]
+    counted = ", nor counted in params here" if first.params else ""
+    return f"the model {first.line()} by a run{counted}{_more(found)} (hold them in {first.fix})"
 
 
 def refuse_no_forward(model: nn.Module, what: str) -> None:
