@@ -374,3 +374,61 @@ def test_the_https_hint_is_built_from_the_url_as_read(url: str, use: str) -> Non
     with pytest.raises(UserError) as refused:
         loadgen.target(url)
     assert refused.value.hint == use
+
+
+def refuse(request_n: int) -> None:
+    """No server takes the connection, as httpx raises it."""
+    raise httpx.ConnectError("All connection attempts failed")
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
+def test_a_server_gone_in_a_later_level_keeps_the_finished_ones(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """Reviewer 1 F1: only a stop kept the finished levels; a server that died at a later level
+    (the usual end of a load test) lost them. Requests: the probe (0), concurrency 1's warm-up
+    (1) and 2 counted (2, 3); from 4 on (concurrency 2's warm-up) every connection is refused."""
+    answering(monkeypatch, lambda n: refuse(n) if n >= 4 else None)
+    args = ["--concurrency", "1,2", "--duration", "600", "--max-requests", "2"]
+    r = cli("serve", "bench", "http://127.0.0.1:9", *args, *(["--json"] if as_json else []))
+    gone = (
+        "http://127.0.0.1:9/predict stopped answering at concurrency 2, in its warm-up: "
+        "connection refused (2 of 2 requests)"
+    )
+    assert r.code == 1, (r.out, r.err)
+    *_, said, error = r.err.splitlines()
+    assert said == "ended by the error below during concurrency 2; 1 of 2 levels done (printed)"
+    assert error.startswith(f"error: {gone} (is the server still running?"), r.err
+    if as_json:
+        doc = json.loads(r.out)
+        assert doc["stopped"] == {"error": gone, "during_concurrency": 2}
+        (level,) = doc["levels"]
+        assert (level["concurrency"], level["requests"], level["ok"]) == (1, 2, 2)
+    else:
+        rows = [line for line in r.out.splitlines() if line.lstrip("│ ").startswith("1 ")]
+        assert len(rows) == 1, r.out
+
+
+def test_a_later_level_that_sent_no_request_keeps_the_finished_ones(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other error a later level ends with: "no request was sent in --duration"."""
+    answering(monkeypatch, lambda n: None)
+    real = loadgen._level
+
+    async def level(url: str, body: bytes, concurrency: int, *args: object) -> object:
+        if concurrency == 2:
+            raise UserError("concurrency 2: no request was sent in --duration 600 s")
+        return await real(url, body, concurrency, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loadgen, "_level", level)
+    args = ["--concurrency", "1,2", "--duration", "600", "--max-requests", "1", "--json"]
+    r = cli("serve", "bench", "http://127.0.0.1:9", *args)
+    assert r.code == 2, (r.out, r.err)
+    assert r.err.splitlines()[-1] == "error: concurrency 2: no request was sent in --duration 600 s"
+    doc = json.loads(r.out)
+    assert doc["stopped"] == {
+        "error": "concurrency 2: no request was sent in --duration 600 s",
+        "during_concurrency": 2,
+    }
+    assert [level["concurrency"] for level in doc["levels"]] == [1]

@@ -153,7 +153,8 @@ def bench(
     """Load a running `dlperf serve` on this machine: closed-loop clients post an image to
     /predict; throughput and latency percentiles per concurrency level, and how long the
     server's or the load generator's threads waited for a CPU (CPU wait; a level at 10% or
-    more is marked unreliable). A stop (Ctrl-C, SIGTERM) prints the levels done before it.
+    more is marked unreliable). A stop (Ctrl-C, SIGTERM) or an error in a later level (the
+    server gone) prints the levels done before it.
 
     Example: dlperf serve bench http://127.0.0.1:8000 --concurrency 1,8,32 --duration 10
     """
@@ -168,16 +169,20 @@ def bench(
     try:
         with console.reporter() as rep:
             loadgen.run(endpoint, levels, duration, max_requests, image, rep, done)
-    except KeyboardInterrupt:
-        if done:  # the finished levels are measured: a stop in a later one keeps them
-            # The signal exit_code ends the command with (Ctrl-C's, where none was taken)
-            name = signal.Signals(stopping.exit_code(130) - 128).name
+    except (KeyboardInterrupt, UserError) as e:
+        # The finished levels are measured: a stop or an error (a server gone, a level that
+        # sent nothing) in a later one keeps them; the error's line and exit code follow.
+        if done:
             cut = levels[len(done)] if len(done) < len(levels) else None
-            _print_levels(as_json, document, done, {"signal": name, "during_concurrency": cut})
             during = "after its last level" if cut is None else f"during concurrency {cut}"
-            console.err_line(
-                f"stopped by {name} {during}; {len(done)} of {len(levels)} levels done (printed)"
-            )
+            if isinstance(e, UserError):
+                why: dict[str, object] = {"error": e.message}
+                said = f"ended by the error below {during}"
+            else:  # the signal exit_code ends the command with (Ctrl-C's, where none was taken)
+                name = signal.Signals(stopping.exit_code(130) - 128).name
+                why, said = {"signal": name}, f"stopped by {name} {during}"
+            _print_levels(as_json, document, done, {**why, "during_concurrency": cut})
+            console.err_line(f"{said}; {len(done)} of {len(levels)} levels done (printed)")
         raise
     _print_levels(as_json, document, done, None)
 
@@ -188,7 +193,8 @@ def _print_levels(
     results: list[LevelResult],
     stopped: dict[str, object] | None,
 ) -> None:
-    """The levels as a table, or as `document` with them; `stopped`: the stop that cut them."""
+    """The levels as a table, or as `document` with them; `stopped`: the stop (its signal) or
+    the error that cut them."""
     levels = [asdict(r) for r in results]
     if console.printed_json(as_json, {**document, "levels": levels, "stopped": stopped}):
         return

@@ -174,7 +174,7 @@ def run(
 ) -> list[LevelResult]:
     """Load the server at each concurrency level in turn. Each level is appended to `done`
     (the caller's list) as it ends, so that a caller keeps the finished ones when a stop
-    (KeyboardInterrupt) cuts a later one."""
+    (KeyboardInterrupt) or an error (ServerGone, UserError) cuts a later one."""
     endpoint = target(url)
     # Not click's min=: its FloatRange lets nan and inf through (inf: a level without end).
     if not (math.isfinite(duration_s) and duration_s >= MIN_DURATION_S):
