@@ -42,7 +42,7 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
-from dlperf.formatting import gib
+from dlperf.formatting import binary_size, gib
 from dlperf.parsing import file_name_text, name_text, one_line
 from dlperf.paths import link_loop, link_to_nothing, not_regular, unnamed_cwd
 from dlperf.system import machine_memory
@@ -183,7 +183,7 @@ def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
     if needed > max_memory_gb * 2**30:
         raise UserError(
             f"data.image_size {side}: {data.name} at {side}x{side} takes "
-            f"{needed / 2**30:.1f} GB, more than data.max_memory_gb {max_memory_gb:g}",
+            f"{binary_size(needed)}, more than data.max_memory_gb {max_memory_gb:g}",
             "set a smaller data.image_size or a larger data.max_memory_gb",
         )
     new_w, new_h, top, left = image_modes.covering((width, height), side, side)

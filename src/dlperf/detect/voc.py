@@ -918,8 +918,8 @@ def _check_memory(size: int) -> None:
     if needed <= memory:
         return
     raise UserError(
-        f"--size {size}: one image of {size}×{size} takes about {needed / 2**30:,.1f} GiB to "
-        f"make, more than this machine's {memory / 2**30:,.1f} GiB of memory",
+        f"--size {size}: one image of {size}×{size} takes about {binary_size(needed)} to "
+        f"make, more than this machine's {binary_size(memory)} of memory",
         f"give --size {math.isqrt(memory // MAKE_BYTES)} or less",
     )
 
