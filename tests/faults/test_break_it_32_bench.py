@@ -432,3 +432,49 @@ def test_a_later_level_that_sent_no_request_keeps_the_finished_ones(
         "during_concurrency": 2,
     }
     assert [level["concurrency"] for level in doc["levels"]] == [1]
+
+
+async def _failure_out_of_files(url: str, refused: str) -> str | None:
+    """What `_out_of_files` makes of a post to `url` with every file descriptor of this
+    process taken (its soft limit lowered near the files open, then filled): the client is
+    warmed first on `refused` (a port nothing listens on), as its modules load lazily."""
+    import resource
+
+    async with loadgen._client() as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.post(refused, content=b"x")
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        held = []
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+        try:
+            try:
+                while True:
+                    held.append(open(os.devnull))  # noqa: SIM115 (closed below)
+            except OSError:
+                pass
+            with pytest.raises(httpx.ConnectError) as failed:
+                await client.post(url, content=b"x")
+        finally:
+            for each in held:
+                each.close()
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return loadgen._out_of_files(failed.value)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_the_load_generator_out_of_files_is_its_own_with_a_localhost_url_too(host: str) -> None:
+    """Reviewer 1 F2: with localhost each request looked the name up, and a lookup short of
+    file descriptors fails as EBUSY, not EMFILE: counted as the server refusing. `run` looks
+    it up once, up front, and posts to the address that takes its connection."""
+    with socket.create_server(("127.0.0.1", 0)) as nothing:
+        dead = nothing.getsockname()[1]  # closed below: a port nothing listens on
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        url = loadgen._connectable(f"http://{host}:{port}/predict")
+        assert url == f"http://127.0.0.1:{port}/predict"
+        refused = f"http://{host}:{dead}/"
+        assert asyncio.run(_failure_out_of_files(url, refused)) == "EMFILE"
+    assert loadgen._connectable(f"http://localhost:{dead}/predict") == (
+        f"http://localhost:{dead}/predict"  # nothing takes it: the probe says so, by its name
+    )

@@ -175,7 +175,7 @@ def run(
     """Load the server at each concurrency level in turn. Each level is appended to `done`
     (the caller's list) as it ends, so that a caller keeps the finished ones when a stop
     (KeyboardInterrupt) or an error (ServerGone, UserError) cuts a later one."""
-    endpoint = target(url)
+    endpoint = _connectable(target(url))
     # Not click's min=: its FloatRange lets nan and inf through (inf: a level without end).
     if not (math.isfinite(duration_s) and duration_s >= MIN_DURATION_S):
         raise UserError(
@@ -268,6 +268,33 @@ def listeners(host: str, port: int) -> set[int]:
         except OSError:  # not ours to read, or gone
             continue
     return pids
+
+
+def _connectable(endpoint: str) -> str:
+    """`endpoint` with localhost replaced by its first address (in the resolver's order, as
+    the HTTP client tries them) that takes a connection now. Looked up once, while this
+    process has file descriptors to spare: each request looked the name up again, and a
+    lookup short of them fails with EBUSY, not EMFILE, read as the server refusing. Unchanged
+    for an address, or where none takes the connection (the probe then says so, by name)."""
+    parts = urlsplit(endpoint)
+    port = parts.port or 80
+    if parts.hostname != "localhost":
+        return endpoint
+    try:
+        found = socket.getaddrinfo("localhost", port, type=socket.SOCK_STREAM)
+    except OSError:  # no resolver entry: the client's own lookup will say what it says
+        return endpoint
+    for family, kind, proto, _, address in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.settimeout(TIMEOUT_S)
+                probe.connect(address)
+        except OSError:  # refused: nothing listens on this one
+            continue
+        host = str(address[0]).split("%")[0]
+        netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    return endpoint
 
 
 def _plain(address: IPAddress) -> IPAddress:
