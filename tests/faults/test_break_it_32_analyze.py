@@ -3,13 +3,18 @@
 C4 (P1). `dlperf.analyze(module)` of a model holding a lock, a logging handler, an open file
 or a generator failed with deepcopy's bare TypeError ("cannot pickle '_thread.lock'"), and a
 tensor or NumPy table kept as a plain attribute was copied byte by byte.
+C5 (P1). `--activations conv-pool-fc` of a model written with F.conv2d / F.max_pool2d /
+F.linear counted 0 activations without a word (`all`: the model's output alone).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +25,7 @@ from torch import nn
 import dlperf
 from dlperf.api import _meta_copy
 from dlperf.errors import UserError
+from tests.conftest import CliResult
 
 # --- C4: what the copy cannot or need not copy ------------------------------------------------
 
@@ -106,3 +112,55 @@ def test_c4_a_model_nested_too_deep_for_the_copy_is_told() -> None:
         model = nn.Sequential(model)
     with pytest.raises(UserError, match="nests its modules 201 deep"):
         dlperf.analyze(model, (4,))
+
+
+# --- C5: functional layers and the activation totals ------------------------------------------
+
+FUNCTIONAL = """
+import torch, torch.nn as nn, torch.nn.functional as F
+class Fn(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.w = nn.Parameter(torch.randn(4, 3, 3, 3)); s.fw = nn.Parameter(torch.randn(10, 36))
+    def forward(s, x):
+        return F.linear(F.max_pool2d(F.relu(F.conv2d(x, s.w)), 2).flatten(1), s.fw)
+class Head(nn.Module):  # one functional layer in a module: its output stands for it
+    def __init__(s):
+        super().__init__(); s.w = nn.Parameter(torch.randn(10, 36))
+    def forward(s, x): return F.linear(x.flatten(1), s.w)
+def fn(num_classes=10): return Fn()
+def modules(num_classes=10):
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), Head())
+"""
+
+UNCOUNTED = "F.conv2d x1, F.linear x1, F.max_pool2d x1 in (model)"
+
+
+def test_c5_functional_layers_left_out_of_the_activations_are_said(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    """Before: conv-pool-fc 0, all 10, exit 0, no word (the nn form: 190 and 370)."""
+    (tmp_path / "fnm.py").write_text(FUNCTIONAL)
+    for flag in ((), ("--activations", "conv-pool-fc")):
+        done = cli("analyze", "fnm.py:fn", "--input", "3,8,8", *flag)
+        assert done.code == 0, done.err
+        assert "warning: activations count" in done.err
+        assert f"the outputs of {UNCOUNTED} are not counted" in " ".join(done.err.split())
+        assert "not counted" in done.out  # the totals table says it too
+        shown = cli("analyze", "fnm.py:fn", "--input", "3,8,8", "--json", *flag)
+        conventions = json.loads(shown.out)["conventions"]
+        assert UNCOUNTED in conventions["activations_not_counted"]
+    made: dict[str, Any] = {}
+    exec(FUNCTIONAL, made)
+    result = dlperf.analyze(made["fn"](), (3, 8, 8), activations="conv-pool-fc")
+    assert result.to_dict()["conventions"]["activations_not_counted"] == UNCOUNTED
+    assert "not counted" in str(result)
+    # One functional layer in a module counts as that module's output under `all` (no word),
+    # not under conv-pool-fc, the module being no conv, pool or linear layer.
+    mixed = made["modules"]()
+    assert (
+        "activations_not_counted" not in dlperf.analyze(mixed, (3, 8, 8)).to_dict()["conventions"]
+    )
+    counted = dlperf.analyze(mixed, (3, 8, 8), activations="conv-pool-fc").to_dict()
+    assert counted["totals"]["activations"] == 144 + 36
+    assert counted["conventions"]["activations_not_counted"] == "F.linear x1 in 3"

@@ -130,9 +130,15 @@ class Layer:
     backward_kind_flops: Counter[str] = field(default_factory=Counter)
     peer_macs: Counter[str] = field(default_factory=Counter)
     """Forward MACs as each peer (torchinfo, ptflops, fvcore) counts them."""
+    functional: Counter[str] = field(default_factory=Counter)
+    """Calls of functional layers (F.conv2d, F.max_pool2d, F.linear) made by the row's own
+    code, the row being no such layer (role other), by name: their outputs are activations
+    of no row of their own (`Analysis.activations_note`)."""
+    by_output: bool = False
+    """Whether `functional`'s calls ran in a layer, whose activations are its output alone."""
 
 
-INTERNAL = ("kind_flops", "backward_kind_flops", "peer_macs")
+INTERNAL = ("kind_flops", "backward_kind_flops", "peer_macs", "functional", "by_output")
 """Layer fields the time model reads that `analyze --json` leaves out."""
 BACKWARD = ("backward_macs", "backward_flops", "backward_bytes", "backward_calls")
 
@@ -264,6 +270,39 @@ class Analysis:
             }
         return out
 
+    def functional_left_out(self) -> str | None:
+        """The functional layers whose outputs the activation totals leave out, and where
+        ("F.conv2d x1, F.linear x1 in (model)"); None where none is. A row's activations are
+        its output (a layer's) or its operators' (a container's own), so those of F.conv2d,
+        F.max_pool2d and F.linear go uncounted under conv-pool-fc, which counts conv, pool
+        and linear modules' outputs; and under `all` where a layer runs two or more of them,
+        its output standing for the last."""
+        if self.activations == "all":
+            rows = [r for r in self.layers if r.by_output and r.functional.total() >= 2]
+        else:
+            rows = [r for r in self.layers if r.role == "other" and r.functional]
+        if not rows:
+            return None
+        calls = sum((r.functional for r in rows), Counter[str]())
+        where = ", ".join(r.name for r in rows[:3])
+        where += f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+        return f"{listed_ops(dict(sorted(calls.items())))} in {where}"
+
+    def activations_note(self) -> str | None:
+        """`functional_left_out` as a warning says it; None where nothing is left out."""
+        left = self.functional_left_out()
+        if left is None:
+            return None
+        counted = (
+            "a layer's output alone"
+            if self.activations == "all"
+            else "the outputs of conv, pool and linear modules (conv-pool-fc)"
+        )
+        return (
+            f"activations count {counted}: the outputs of {left} are not counted; written "
+            "as nn modules (nn.Conv2d, nn.MaxPool2d, nn.Linear), they would be"
+        )
+
     def unsupported_note(self) -> str | None:
         """What the counts leave out, and a count made on real tensors rather than the meta
         device, worth a warning; None when every operator counted on meta."""
@@ -331,6 +370,11 @@ class Analysis:
                 **({"complex": ops.COMPLEX_COUNTED} if self.complex_dtypes else {}),
                 **({"tensors": self.tensors()} if self.real_tensors is not None else {}),
                 **({"params_counted": shared} if (shared := self.params_counted()) else {}),
+                **(
+                    {"activations_not_counted": left}
+                    if (left := self.functional_left_out())
+                    else {}
+                ),
             },
             "totals": self.totals(),
             "layers": layers,
@@ -706,6 +750,18 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         own = module.named_parameters(recurse=False)
         return [(n, p) for n, p in own if id(p) in self.by_id or isinstance(p, nn.Parameter)]
 
+    def functional_layer(self, name: str, func: Any) -> None:
+        """Note in row `name` a call of a functional layer (F.conv2d) that the row is not (an
+        nn.Conv2d's own call is its output): an activation no row counts as its own."""
+        called = getattr(func, "__name__", "")
+        if not FUNCTIONAL_LAYERS.fullmatch(called):
+            return  # no row made here: rows stand in the order their work starts
+        row = self.row(name)
+        if row.role == "other":
+            row.functional[f"F.{called.removesuffix('_with_indices')}"] += 1
+            hooked = bool(self.tracker.parents - {"Global"})  # else each op's output counts
+            row.by_output = hooked and _is_layer(self.modules[name])
+
     def claim_used(self, row: Layer, args: Any) -> None:
         """Count parameters of modules that were not called, used by `row`'s operator."""
         used = (self.parameter_of(t) for t in _tensors(args))
@@ -986,6 +1042,8 @@ class _FunctionCalls(TorchFunctionMode):
         if torch.is_autocast_enabled("cpu") and any(t.is_meta for t in _tensors((args, kwargs))):
             raise AutocastOnMeta(counting.command)
         name = counting.current()
+        if name is not None:
+            counting.functional_layer(name, func)
         before, counting.fvcore_call = counting.fvcore_call, fvcore_kind(func)
         try:
             out = func(*args, **kwargs)
@@ -1126,6 +1184,14 @@ ROLES: tuple[tuple[type[nn.Module] | tuple[type[nn.Module], ...], str], ...] = (
     ),
     (nn.Linear, "fc"),
 )
+
+
+FUNCTIONAL_LAYERS = re.compile(
+    r"conv(_transpose)?[123]d|linear|(max|avg|lp|adaptive_avg|adaptive_max)_pool[123]d"
+    r"(_with_indices)?"
+)
+"""The torch-level functions the layers of ROLES call (their names as a torch function mode
+sees them: F.max_pool2d with return_indices as max_pool2d_with_indices)."""
 
 
 def _role(module: nn.Module) -> str:

@@ -145,6 +145,16 @@ def totals_table(result: dict[str, Any]) -> Table:
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
         [f"activations (elements; {outputs})", f"{t['activations']:,}"],
         ["activation memory (the same)", si(t["activation_bytes"], "B")],
+        *(
+            [
+                [
+                    "  not counted (functional)",
+                    result["conventions"]["activations_not_counted"],
+                ]
+            ]
+            if "activations_not_counted" in result["conventions"]
+            else []
+        ),
         ["conv share of FLOPs", f"{t['conv_flops_share']:.1%}"],
         ["receptive field", _field(t["receptive_field"])],
     ]

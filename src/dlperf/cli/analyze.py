@@ -125,9 +125,9 @@ def analyze(
         opts.activations, macs_convention=opts.macs_convention, transfer=exp.model.transfer,
         model_kwargs=exp.model.kwargs,
     )  # fmt: skip
-    note = a.unsupported_note()
-    if note:
-        console.warn(note)
+    for note in (a.unsupported_note(), a.activations_note()):
+        if note:
+            console.warn(note)
     result = a.to_dict()
     if as_json:
         console.print_json(result)
