@@ -247,14 +247,12 @@ def steps_per_epoch(
     known = run.summary.get("steps_per_epoch")
     if known or run.kind != "run" or not any(map(per_epoch, series)):
         return known
-    from pydantic import ValidationError
-
-    from dlperf.config import Experiment
+    from dlperf.config import stored_experiment
     from dlperf.data import load_data
 
     try:
-        exp = Experiment.model_validate(run.config)
-    except ValidationError:  # an experiment's sections that this dlperf does not read
+        exp = stored_experiment(run.config, f"run {run.id}")
+    except UserError:  # an experiment's sections that this dlperf does not read
         return None
     try:
         images = len(load_data(exp.data).train)

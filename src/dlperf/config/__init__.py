@@ -58,6 +58,7 @@ from dlperf.config.loading import (
     parse_value,
     read_toml,
     shortcuts,
+    stored_experiment,
     to_toml,
     validation_message,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "parse_value",
     "read_toml",
     "shortcuts",
+    "stored_experiment",
     "to_toml",
     "validation_message",
 ]

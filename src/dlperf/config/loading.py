@@ -314,8 +314,8 @@ def build_file(
     options: dict[str, str] | None = None,
     context: dict[str, Any] | None = None,
 ) -> tuple[Experiment, Commands]:
-    """A TOML file's experiment and command sections (a stored run's config may hold the
-    latter too: runs stored before they left `Experiment` do)."""
+    """A TOML file's experiment and command sections (a stored run's config is read by
+    `stored_experiment`)."""
     if depth(raw) > MAX_DEPTH:
         raise UserError(f"{where}: {TOO_DEEP}")
     check_text_keys(raw, where)
@@ -369,6 +369,16 @@ def build_experiment(
         check_printable(exp, where)
         check_clash(exp, where)
     return exp
+
+
+def stored_experiment(config: dict[str, Any], where: str) -> Experiment:
+    """The experiment of a stored run's `config` (resumed, exported, a teacher, a sweep's
+    point, an export's steps per epoch), read as it was stored. A run stored before the
+    commands' sections left `Experiment` holds them too, in the keys of its day ([detect]
+    epochs, now train.epochs), which `check_keys` refuses in a file or --set: no stored run
+    needs them, and the user, who never typed them, could not give them otherwise."""
+    kept = {key: value for key, value in config.items() if key not in Commands.model_fields}
+    return build_experiment(kept, where)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def from_registry(
 def from_run(store: RunStore, run_id: int) -> Source:
     """A stored run's model with its trained weights, its data's preprocessing and labels,
     and up to 64 of its test images."""
-    from dlperf.config import build_experiment
+    from dlperf.config import stored_experiment
     from dlperf.data.augment import normalize
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
@@ -154,7 +154,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     owner = checkpoint.Owner(store.id, run_id, record.config_hash)
     saved = checkpoint.load(path, owner)
     weights = saved["model"]
-    exp = build_experiment(record.config, f"run {run_id}")
+    exp = stored_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
         model = build_model(exp, data, torch.device("cpu"), fresh=False)

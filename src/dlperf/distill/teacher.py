@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dlperf.config import Experiment, ModelConfig, build_experiment
+from dlperf.config import Experiment, ModelConfig, stored_experiment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.errors import UserError
 from dlperf.experiment.run import model_file_kept
@@ -48,7 +48,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
     )
     return Teacher(
         run_id,
-        build_experiment(run.config, f"run {run_id}"),
+        stored_experiment(run.config, f"run {run_id}"),
         tuple(data["shape"]),
         tuple(data["mean"]),
         tuple(data["std"]),

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import torch
 
-from dlperf.config import Experiment, build_experiment
+from dlperf.config import Experiment, stored_experiment
 from dlperf.config.experiment import (
     MODEL_FILE_DIGEST,
     MODEL_NEIGHBOURS_DIGEST,
@@ -201,7 +201,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
     if refusal is not None:
         raise refusal
-    exp = build_experiment(stored.config, f"run {run_id}")
+    exp = stored_experiment(stored.config, f"run {run_id}")
     why = (
         "it stopped before its first epoch ended; start it again"
         if exp.run.checkpoint

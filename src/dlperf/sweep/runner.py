@@ -28,10 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from dlperf import stopping
-from dlperf.config import Experiment
+from dlperf.config import Experiment, stored_experiment
 from dlperf.config.experiment import changed_source
 from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
@@ -57,8 +55,8 @@ def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
         config = copy.deepcopy(config)
         config.setdefault("run", {})["threads"] = None
     try:
-        return Experiment.model_validate(config).config_hash()
-    except ValidationError:
+        return stored_experiment(config, "stored run").config_hash()
+    except UserError:
         return None
 
 
