@@ -81,8 +81,9 @@ def describe(
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.", "augment.")))
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
     outside_the_set(exp.data, where)  # before made_dir makes a folder in the set
-    with made_dir(where):  # made before the reading; removed if the data is refused
-        desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
+    # the folder made before the reading, removed if the data is refused; the reading reported
+    with console.reporter() as rep, made_dir(where):
+        desc = describe_data(exp.data, exp.augment, _classes(classes), per_class, rep)
     changed = desc.augment.model_dump(exclude_defaults=True) if desc.augment else {}
     setting = ", ".join(f"{k}={v}" for k, v in changed.items())
     name = desc.name
@@ -150,7 +151,8 @@ def samples(
     from dlperf.data.samples import write_samples
 
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.",)))
-    done = write_samples(exp.data, out, per_class, _classes(classes), split)
+    with console.reporter() as rep:  # 10^5 files of an image folder take minutes to read
+        done = write_samples(exp.data, out, per_class, _classes(classes), split, rep)
     console.tell(done["warnings"])
     if console.printed_json(as_json, done):
         return

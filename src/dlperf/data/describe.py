@@ -20,6 +20,7 @@ from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
 from dlperf.parsing import file_name_text, name_text
 from dlperf.paths import within
+from dlperf.progress import Reporter
 
 SPLITS = ("train", "val", "test")
 
@@ -192,11 +193,12 @@ def describe(
     augment: AugmentConfig | None = None,
     classes: int | list[str] | None = None,
     per_class: int = 8,
+    reporter: Reporter | None = None,
 ) -> Description:
     """The data set `cfg` names, described, with up to `per_class` training images of each
     class `classes` picks (see `pick_classes`) and, when `augment` sets any augmentation,
-    what training's augmentation makes of them."""
-    data = load_data(cfg)
+    what training's augmentation makes of them. `reporter` hears of the set's reading."""
+    data = load_data(cfg, reporter)
     said = list(data.notes)  # the reader's, of the set's files
     names = data.classes or [str(i) for i in range(data.num_classes)]
     # The readers refuse a name twice; the counts are keyed by name, and would merge them.

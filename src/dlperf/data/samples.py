@@ -28,6 +28,7 @@ from dlperf.errors import UserError
 from dlperf.formatting import few
 from dlperf.parsing import name_text
 from dlperf.paths import replaced, writing
+from dlperf.progress import Reporter
 
 # Bytes of a file name's class part. A name is at most 255 bytes on most file systems, and a
 # class folder's own name may take all of them (84 CJK characters are 252 bytes): cut here, the
@@ -55,10 +56,12 @@ def write_samples(
     per_class: int = 1,
     classes: int | list[str] | None = None,
     split: str = "test",
+    reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """Write up to `per_class` images of each class `classes` picks (see `pick_classes`)
     from `split`, the first of that class in split order, as PNG files in `out`. Returns
-    the data set, split, directory and one entry per file (path, class, label, index)."""
+    the data set, split, directory and one entry per file (path, class, label, index).
+    `reporter` hears of the set's reading."""
     from PIL import Image
 
     if per_class < 1:
@@ -66,7 +69,7 @@ def write_samples(
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}'", f"choose {', '.join(SPLITS)}")
     outside_the_set(cfg, out)  # before the set is read
-    data = load_data(cfg)
+    data = load_data(cfg, reporter)
     part = getattr(data, split)
     if len(part) == 0:
         raise UserError(f"{data.name} has no {split} images", "choose another --split")

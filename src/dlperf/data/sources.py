@@ -45,6 +45,7 @@ from dlperf.errors import UserError
 from dlperf.formatting import binary_size, gib
 from dlperf.parsing import file_name_text, name_text, one_line
 from dlperf.paths import link_loop, link_to_nothing, not_regular, unnamed_cwd
+from dlperf.progress import NullReporter, Reporter
 from dlperf.system import machine_memory
 
 
@@ -1533,11 +1534,13 @@ def _split_listing(split: Path) -> None:
         )
 
 
-def _image_folder(split: Path) -> Any:
+def _image_folder(split: Path, reporter: Reporter | None = None) -> Any:
     """torchvision's ImageFolder of `split` without what is no data: a hidden folder
     (Jupyter's .ipynb_checkpoints) is no class, a hidden file (macOS's ._x.jpg, .DS_Store) no
     image, and a symbolic link back up the tree, which os.walk follows 40 links deep, adds no
-    copies; and with every folder it holds listed, or refused (`_unlistable`)."""
+    copies; and with every folder it holds listed, or refused (`_unlistable`). `reporter`
+    hears of a folder of more than PROGRESS_FILES images as it is listed (10^5 take a
+    minute), and of a smaller one nothing."""
     from torchvision.datasets import ImageFolder
     from torchvision.datasets.folder import has_file_allowed_extension
 
@@ -1587,8 +1590,11 @@ def _image_folder(split: Path) -> Any:
 
     _split_listing(split)
     owners = _ClassOwners(split)
+    reporter = reporter or NullReporter()
+    listed = 0
 
     def wanted(path: str) -> bool:
+        nonlocal listed
         file = Path(path)
         inside = file.relative_to(split).parts
         image = has_file_allowed_extension(path, IMAGE_EXTENSIONS) and not inside[-1].startswith(
@@ -1597,6 +1603,11 @@ def _image_folder(split: Path) -> Any:
         if image:  # refused as the folder is listed, before any image is read
             _regular_image(path)
             owners.check(file, inside)
+            listed += 1
+            if listed % PROGRESS_FILES == 0:
+                if listed == PROGRESS_FILES:  # a long listing: worth saying
+                    reporter.task(f"listing {_shown_path(split)}")
+                reporter.advance(PROGRESS_FILES)
         return image
 
     return Folder(str(split), is_valid_file=wanted)
@@ -1945,10 +1956,10 @@ def _unlisted(split: Path, e: Exception) -> UserError:
     return UserError(text if str(split) in text else f"{split}: {text}")
 
 
-def _listed(split: Path) -> Any:
+def _listed(split: Path, reporter: Reporter) -> Any:
     """The image folder of `split`, or its one line."""
     try:
-        return _image_folder(split)
+        return _image_folder(split, reporter)
     except (FileNotFoundError, RuntimeError) as e:
         raise _unlisted(split, e) from None
 
@@ -2101,8 +2112,28 @@ class NoImageSize(UserError):
     key and the size to give (the teacher's)."""
 
 
-def imagefolder(cfg: DataConfig) -> ImageData:
-    """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
+# Image files listed or decoded between two progress reports (a few seconds of 10^5 tiny ones)
+PROGRESS_FILES = 1_000
+
+
+def _decoded(files: list[str], side: int, where: Path, reporter: Reporter) -> torch.Tensor:
+    """The image files `files` of the split folder `where`, decoded at side x side, one by
+    one; `reporter` hears how many, every PROGRESS_FILES."""
+    reporter.task(f"decoding {len(files):,} images of {_shown_path(where)}", total=len(files))
+    images = []
+    for done, file in enumerate(files, 1):
+        images.append(decode_file(file, side))
+        if done % PROGRESS_FILES == 0:
+            reporter.advance(PROGRESS_FILES)
+    if len(files) % PROGRESS_FILES:
+        reporter.advance(len(files) % PROGRESS_FILES)
+    return torch.stack(images)
+
+
+def imagefolder(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
+    """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set).
+    `reporter` hears of the listing of a long folder and of the decoding of each split: 10^5
+    tiny files took minutes without a word."""
     if cfg.image_size is None:
         raise NoImageSize("data.image_size is required for imagefolder", "e.g. image_size = 64")
     root = _root_folder(cfg)
@@ -2112,9 +2143,10 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         )
     test_dir = _test_folder(root)
     _linked_splits(root)
-    train_set = _listed(root / "train")
+    reporter = reporter or NullReporter()
+    train_set = _listed(root / "train", reporter)
     try:
-        test_set = _image_folder(test_dir)
+        test_set = _image_folder(test_dir, reporter)
     except (FileNotFoundError, RuntimeError) as e:
         if test_dir.name == "test" and not _holds_images(test_dir):
             fix = "put the test images in test/<class>/"
@@ -2149,14 +2181,14 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     in_memory = fits if cfg.in_memory is None else cfg.in_memory
     _decodable(n, side, in_memory)
 
-    def split(ds: Any) -> Split:
+    def split(ds: Any, where: Path) -> Split:
         files = [path for path, _ in ds.samples]
         labels = torch.tensor(ds.targets, dtype=torch.int64)
         if not in_memory:
             return Split(labels, files=files)
-        return Split(labels, torch.stack([decode_file(f, side) for f in files]))
+        return Split(labels, _decoded(files, side, where, reporter))
 
-    full, test = split(train_set), split(test_set)
+    full, test = split(train_set, root / "train"), split(test_set, test_dir)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)  # as _lost_to_validation
     return ImageData(
         "imagefolder",
