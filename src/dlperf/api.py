@@ -441,10 +441,13 @@ def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
             if id(value) in memo or isinstance(value, _AS_IS):
                 continue
             if type(value) is torch.Tensor and value.layout == torch.strided:
-                if value.grad_fn is None:  # one that is no graph leaf: made on meta above
+                if value.grad_fn is not None:  # no graph leaf, as `_meta_copy` makes them
+                    memo[id(value)] = value.detach().to("meta")
+                    continue
+                with suppress(RuntimeError, NotImplementedError):  # else copied as before
                     clone = torch._lazy_clone(value.detach())
                     memo[id(value)] = clone.requires_grad_(value.requires_grad)
-                continue
+                    continue
             if isinstance(value, np.ndarray):
                 memo[id(value)] = value
                 continue

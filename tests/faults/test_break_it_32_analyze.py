@@ -61,7 +61,7 @@ class _Table(nn.Module):
         super().__init__()
         self.l = nn.Linear(8, 2)
         self.table = table
-        self.tables = [table]
+        self.tables = [table, self.l.weight * 2]  # the second no graph leaf: made on meta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.l(x)
@@ -74,6 +74,7 @@ def test_c4_a_table_kept_as_a_plain_attribute_is_not_copied(table: Any) -> None:
     model = _Table(table)
     copied, _ = _meta_copy(model)
     assert copied.tables[0] is copied.table  # one object, as deepcopy keeps it
+    assert copied.tables[1].is_meta
     if isinstance(table, np.ndarray):
         assert copied.table is table
     else:
