@@ -199,3 +199,25 @@ def test_run_names_the_model_whose_forward_asks_for_a_missing_device_in_training
     assert result.err.strip().startswith(
         f"error: model '{models / 'dev.py'}:training' moves tensors to cuda in its forward"
     ), result.err
+
+
+def test_export_takes_torchs_thread_count_no_higher_than_the_usable_cores(
+    cli: Cli, models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of round 32's thread check: export's parity session took torch's thread count,
+    and a model file's `torch.set_num_threads(2)` (or OMP_NUM_THREADS above the affinity mask)
+    on one usable core was refused after the whole export ("2 threads asked for"), though
+    export has no --threads. Torch's count is capped at the usable cores there."""
+    import dlperf.deploy.export as export_module
+    from dlperf import system
+
+    monkeypatch.setattr(system, "usable_cores", lambda: 1)
+    monkeypatch.setattr(export_module, "usable_cores", lambda: 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = cli("export", "smallcnn", "--input", "1,8,8", "--out", "m.onnx")
+    finally:
+        torch.set_num_threads(threads)
+    assert result.code == 0, result.err
+    assert (models / "m.onnx").is_file()

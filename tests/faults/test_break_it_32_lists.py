@@ -107,3 +107,16 @@ def test_each_unregistered_attribute_is_named_with_what_it_leaves_out() -> None:
         "scales": ("tuple", 5, 0, "nn.ParameterList"),
         "norms": ("list", 4, 5, "nn.ModuleList"),
     }
+
+
+def test_export_by_name_refuses_layers_in_a_plain_list(cli: Cli, plist: Path) -> None:
+    """export of a model file (random weights) built it with create_model, not the run's
+    build, and exported the list's layers as constants no checkpoint holds: refused as a run
+    refuses it."""
+    result = cli("export", "plist.py:build", "--input", "1,8,8", "--out", "m.onnx")
+    assert (result.code, result.out) == (2, ""), (result.code, result.out, result.err)
+    assert result.err.strip() == (  # named as given, as export's other lines name it
+        "error: model 'plist.py:build' keeps layers in a plain Python list "
+        f"(blocks): {LEFT_OUT} (hold them in nn.ModuleList)"
+    ), result.err
+    assert list(plist.glob("*m.onnx*")) == []

@@ -42,6 +42,7 @@ from dlperf.parsing import absolute_model_name, is_file_spec, one_line
 from dlperf.paths import check_writable, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
+from dlperf.system import usable_cores
 
 INPUT, OUTPUT = "input", "logits"
 IMAGENET_SHAPE = (3, 224, 224)
@@ -75,7 +76,7 @@ def from_registry(
     Otherwise it is the caller's own (bench's: the exported graph's width), not checked."""
     from dlperf.analytic.counting import refuse_unused_classes, unused_classes
     from dlperf.models import create_model
-    from dlperf.models.registry import check_automatic, without_automatic
+    from dlperf.models.registry import check_automatic, refuse_unregistered, without_automatic
 
     kwargs = model_kwargs or {}
     shape = input_shape or IMAGENET_SHAPE
@@ -104,6 +105,7 @@ def from_registry(
     model = create_model(
         name, in_channels=shape[0], factory_seed=0, **sized, **without_automatic(kwargs)
     )
+    refuse_unregistered(model, f"model '{name}'")  # as a run refuses it: they are not its state
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
     _record_build(meta, name, kwargs)
@@ -940,7 +942,9 @@ def export(
             raise CheckFailed(said) from None
 
         reporter.task("comparing ONNX Runtime with PyTorch")
-        session = runtime.session(staged, threads or torch.get_num_threads())
+        # torch's count is not the user's to answer for: a model file's set_num_threads(2) or
+        # OMP_NUM_THREADS above the affinity mask was refused after the whole export.
+        session = runtime.session(staged, threads or min(torch.get_num_threads(), usable_cores()))
         seeded = torch.Generator().manual_seed(0)
         inputs = {"random": torch.randn(RANDOM_BATCH, *meta.input_shape, generator=seeded)}
         if source.images is not None:
