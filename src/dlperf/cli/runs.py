@@ -92,18 +92,17 @@ def transfer_notes(summary: dict[str, Any]) -> list[str]:
 @runs_app.command("show")
 def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json = False) -> None:
     """Show a run: summary and tags, config, system, artifacts, phase breakdown and per-epoch
-    metrics.
+    metrics (of a run of many steps, the first and last rows; --json holds every one).
 
     Example: dlperf runs show 1
     """
-    from dlperf.store.query import config_settings, config_value, show
+    from dlperf.store.query import config_settings, config_value, metric_table, show
 
-    view = show(reader(), run_id)
+    view = show(store := reader(), run_id, values=as_json)  # the table reads its own rows
     if console.printed_json(as_json, view.to_dict()):
         return
     run = view.run
-    summary, system = run.summary, run.system or {}
-    process = run.process or {}
+    summary, system, process = run.summary, run.system or {}, run.process or {}
     rows: list[list[Any]] = [
         ["model", config_value(run.config, "model.name")],
         ["data", config_value(run.config, "data.name")],
@@ -132,9 +131,11 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
             ["kind", "path", "exists"],
             [[a["kind"], a["path"], a["exists"]] for a in view.artifacts],
         )
-    if view.epochs:
-        headers, rows = view.per_epoch()
-        console.print_table(f"per {view.axis}", [view.axis, *headers], rows)
+    table = metric_table(store, run)  # of a run of many steps, its first and last rows
+    if table.rows:
+        console.print_table(f"per {table.axis}", [table.axis, *table.headers], table.rows)
+    if note := table.note(run_id):
+        console.out.print(note)
 
 
 # --- runs compare ---------------------------------------------------------------------------

@@ -253,6 +253,13 @@ EPOCH_COLUMNS = {
 }
 
 
+# `runs show`'s per-epoch (a tracked run's per-step) table: every row up to TABLE_ROWS; of a run
+# with more, its first and last END_ROWS rows, the only ones read, and a line of how many were
+# left out (a table of every row of 10^5 steps was minutes of silence and 0.5 GB).
+TABLE_ROWS = 60
+END_ROWS = 10
+
+
 def nth_at_step(steps: Iterable[int]) -> list[tuple[int, int]]:
     """Each of a metric's steps, in its order, with how many values that step had before it:
     (step, n). Every value logged is kept, as MLflow and TensorBoard keep them (a resumed loop
@@ -279,24 +286,17 @@ class RunView:
     @property
     def axis(self) -> str:
         """What the metrics' stored steps count: "step" for a tracked run, else "epoch"."""
-        return "step" if tracked(self.run) else "epoch"
+        return _axis(self.run)
 
     def per_epoch(self) -> tuple[list[str], list[list[Any]]]:
-        """The per-epoch table: the headers of the metrics the run has, one row per epoch
-        (per `axis`). A tracked run's keys are the user's, each a column headed as stored
-        (what `runs plot --key` takes): EPOCH_COLUMNS alone showed none of them."""
-        if self.axis == "step":
-            shown = {key: key for key in self.epochs}
-        else:
-            shown = {h: k for h, k in EPOCH_COLUMNS.items() if k in self.epochs}
-        # A step logged twice is two rows (a row a step kept its last value alone), lined up
-        # as Store.frame lines them: by (step, the how-manieth value at that step).
-        by_row: dict[tuple[int, int], dict[str, float]] = {}
-        for key, pairs in self.epochs.items():
-            for at, (_, value) in zip(nth_at_step(s for s, _ in pairs), pairs, strict=True):
-                by_row.setdefault(at, {})[key] = value
-        rows = [[at[0], *(by_row[at].get(k) for k in shown.values())] for at in sorted(by_row)]
-        return list(shown), rows
+        """The per-epoch table of every value: the headers of the metrics the run has, one
+        row per epoch (per `axis`); see `_columns` and `_lined_up`."""
+        shown = _columns(self.axis, self.epochs)
+        numbered = {
+            key: list(zip(nth_at_step(s for s, _ in pairs), (v for _, v in pairs), strict=True))
+            for key, pairs in self.epochs.items()
+        }
+        return list(shown), _lined_up(shown.values(), numbered)
 
     def results(self) -> list[tuple[str, Any]]:
         """The run's results as `runs show` lists them (see `summary_rows`): a training run's
@@ -312,18 +312,141 @@ class RunView:
         return {**self.run.to_dict(), "epochs": epochs, **at, "artifacts": self.artifacts}
 
 
-def show(store: RunStore, run_id: int) -> RunView:
-    """One run with its per-epoch metrics and artifacts: a training run's val/ and epoch/
-    keys (its train/ ones are per step), every key of a tracked run (its train/loss too)."""
-    run = store.get_run(run_id)
+def _axis(run: RunRecord) -> str:
+    return "step" if tracked(run) else "epoch"
+
+
+def _columns(axis: str, keys: Iterable[str]) -> dict[str, str]:
+    """The per-epoch table's columns of a run with metric `keys`, header -> key. A tracked
+    run's keys are the user's, each a column headed as stored (what `runs plot --key` takes):
+    EPOCH_COLUMNS alone showed none of them."""
+    if axis == "step":
+        return {key: key for key in keys}
+    return {h: k for h, k in EPOCH_COLUMNS.items() if k in keys}
+
+
+Numbered = list[tuple[tuple[int, int], float]]  # ((step, n), value): a value at its row
+
+
+def _lined_up(columns: Iterable[str], values: dict[str, Numbered]) -> list[list[Any]]:
+    """The rows of `values` with a cell for each key in `columns`, in step order. A step
+    logged twice is two rows (a row a step kept its last value alone), lined up as
+    Store.frame lines them: by (step, the how-manieth value at that step)."""
+    keys = list(columns)
+    by_row: dict[tuple[int, int], dict[str, float]] = {}
+    for key, pairs in values.items():
+        for at, value in pairs:
+            by_row.setdefault(at, {})[key] = value
+    return [[at[0], *(by_row[at].get(k) for k in keys)] for at in sorted(by_row)]
+
+
+def _table_keys(store: RunStore, run: RunRecord) -> list[str]:
+    """The keys of a run's per-epoch table: a training run's val/ and epoch/ keys (its train/
+    ones are per step), every key of a tracked run (its train/loss too)."""
     every = tracked(run)
-    epochs = {
-        key: store.metrics(run_id, key)
-        for key in store.metric_keys(run_id)  # in one order on every backend
+    return [
+        key
+        for key in store.metric_keys(run.id)  # in one order on every backend
         if every or key.startswith(("val/", "epoch/"))
-    }
+    ]
+
+
+def show(store: RunStore, run_id: int, values: bool = True) -> RunView:
+    """One run with its per-epoch metrics (`_table_keys`) and artifacts. `values=False` reads
+    none of the metrics (`epochs` is empty): `runs show`'s table reads its own rows
+    (`metric_table`), only the first and last of a run of many."""
+    run = store.get_run(run_id)
+    keys = _table_keys(store, run) if values else []
+    epochs = {key: store.metrics(run_id, key) for key in keys}
     artifacts = [{**a, "exists": Path(a["path"]).exists()} for a in store.artifacts(run_id)]
     return RunView(run, epochs, artifacts)
+
+
+@dataclass
+class MetricTable:
+    """`runs show`'s per-epoch (per-step) table of a run (`metric_table`): every row of the
+    table, or of one of more than TABLE_ROWS, the first and last END_ROWS."""
+
+    axis: str  # what its first column counts, "step" or "epoch"
+    headers: list[str]
+    rows: list[list[Any]]
+    total: int  # the rows the whole table has
+    gap: tuple[int, int] | None = None  # the steps (epochs) between which rows were left out
+
+    def note(self, run_id: int) -> str | None:
+        """The line that says which rows were left out and where to read them all; None
+        when none were."""
+        if self.gap is None:
+            return None
+        return (
+            f"{self.total - len(self.rows)} of {self.total} rows left out, between "
+            f"{self.axis} {self.gap[0]} and {self.axis} {self.gap[1]}; every row: dlperf runs "
+            f"show {run_id} --json (or runs export, runs plot)"
+        )
+
+
+def metric_table(store: RunStore, run: RunRecord) -> MetricTable:
+    """`run`'s per-epoch table (see `RunView.per_epoch`) as `runs show` prints it: every row
+    up to TABLE_ROWS, else the first and last END_ROWS. Only those rows' values are read, so
+    the table takes the same memory however many steps the run logged (a table of every row
+    of 10^5 steps was minutes and 0.5 GB); counting the rows is one query."""
+    keys = _table_keys(store, run)
+    axis = _axis(run)
+    columns = _columns(axis, keys)
+    total = _row_count(store.engine, run.id, keys)
+    ends = total if total <= TABLE_ROWS else END_ROWS
+    head = _lined_up(columns.values(), {k: _ends(store, run.id, k, ends) for k in keys})[:ends]
+    if ends == total:
+        return MetricTable(axis, list(columns), head, total)
+    ending = {k: _ends(store, run.id, k, ends, last=True) for k in keys}
+    tail = _lined_up(columns.values(), ending)[-ends:]
+    gap = (head[-1][0], tail[0][0]) if head and tail else None  # none: the run went meanwhile
+    return MetricTable(axis, list(columns), head + tail, total, gap)
+
+
+def _row_count(engine: Engine, run_id: int, keys: list[str]) -> int:
+    """The rows of the per-epoch table of `keys`: at each step, as many as the key logged
+    most often at that step has values there (`nth_at_step`)."""
+    if not keys:
+        return 0
+    import sqlalchemy as sa  # here: `runs list` reads a SQLite store without SQLAlchemy
+
+    from dlperf.store.schema import Metric
+
+    per_key = (
+        sa.select(Metric.step, sa.func.count().label("n"))
+        .where(Metric.run_id == run_id, Metric.key.in_(keys))
+        .group_by(Metric.key, Metric.step)
+        .subquery()
+    )
+    per_step = sa.select(sa.func.max(per_key.c.n).label("n")).group_by(per_key.c.step).subquery()
+    with engine.connect() as conn:
+        return int(conn.scalar(sa.select(sa.func.coalesce(sa.func.sum(per_step.c.n), 0))) or 0)
+
+
+def _ends(store: RunStore, run_id: int, key: str, n: int, last: bool = False) -> Numbered:
+    """The first `n` values of `key` (`last`: the last n), in step order, each at its row:
+    (step, the how-manieth value at that step)."""
+    pairs = store.metrics(run_id, key, limit=n, last=last)
+    if not pairs:
+        return []
+    # The last n may begin within a step: its values before them come first in its rows.
+    first = pairs[0][0]
+    before = 0
+    if last:
+        import sqlalchemy as sa
+
+        from dlperf.store.schema import Metric
+
+        of_first = (Metric.run_id == run_id, Metric.key == key, Metric.step == first)
+        with store.engine.connect() as conn:
+            at_first = conn.scalar(sa.select(sa.func.count()).where(*of_first)) or 0
+        before = at_first - sum(1 for step, _ in pairs if step == first)
+    ats = nth_at_step(step for step, _ in pairs)
+    return [
+        ((step, k + before if step == first else k), value)
+        for (step, k), (_, value) in zip(ats, pairs, strict=True)
+    ]
 
 
 # --- --where --------------------------------------------------------------------------------

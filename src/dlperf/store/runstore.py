@@ -2749,15 +2749,20 @@ class RunStore:
         with Session(self.engine) as s:
             return s.scalar(query)
 
-    def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
-        """(step, value) pairs of one metric, in step order."""
+    def metrics(
+        self, run_id: int, key: str, limit: int | None = None, last: bool = False
+    ) -> list[tuple[int, float]]:
+        """(step, value) pairs of one metric, in step order; `limit`: only the first that
+        many (`last`: the last), read alone (`runs show`'s table of a run of many steps)."""
+        order = [Metric.step.desc(), Metric.id.desc()] if last else [Metric.step, Metric.id]
         query = (
             select(Metric.step, Metric.value)
             .where(Metric.run_id == run_id, Metric.key == key)
-            .order_by(Metric.step, Metric.id)
+            .order_by(*order)
+            .limit(limit)
         )
         with Session(self.engine) as s:
-            found = s.execute(query).all()
+            found = s.execute(query).all()[:: -1 if last else 1]
         try:
             return [
                 (operator.index(step), math.nan if value is None else float(value))
