@@ -140,6 +140,22 @@ def test_data_commands_pass_their_reporter_to_the_reader(
     assert ("task", f"decoding 4 images of {root}/train", 4) in recorded.events
 
 
+def test_run_passes_its_reporter_to_the_reader(
+    cli: Cli, tmp_path: Path, recorded: Recorded
+) -> None:
+    """Before: `run` of an image folder said nothing until every image was decoded."""
+    root = folder(tmp_path / "f", train=4, val=1)
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        f'[model]\nname = "smallcnn"\n[data]\nname = "imagefolder"\nroot = "{root}"\n'
+        "image_size = 8\nval_fraction = 0.25\n[train]\nepochs = 1\nbatch_size = 2\n"
+        f'[run]\nthreads = 1\nwarmup_steps = 0\nout_dir = "{tmp_path / "runs"}"\n'
+    )
+    r = cli("run", str(exp))
+    assert r.code == 0, r.err
+    assert ("task", f"decoding 8 images of {root}/train", 8) in recorded.events
+
+
 # --- reviewer: memory lines in the unit that shows them ---------------------------------------
 
 

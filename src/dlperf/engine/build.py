@@ -85,7 +85,7 @@ def prepare_run(
     start = pretrained.resolve(exp.model, runs)
     # Read (or downloaded) first: a download that fails is over before the data loads.
     weights = start.fetch() if start and fresh and exp.model.transfer != "scratch" else None
-    data, warnings = load_run_data(exp, start)
+    data, warnings = load_run_data(exp, start, reporter)
     for warning in warnings:
         reporter.log(f"warning: {warning}")
     check_batch_fits(exp.train.batch_size, data)
@@ -163,12 +163,12 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
 
 
 def load_run_data(
-    exp: Experiment, start: pretrained.Pretrained | None
+    exp: Experiment, start: pretrained.Pretrained | None, reporter: Reporter | None = None
 ) -> tuple[ImageData, list[str]]:
     """The experiment's data as its runs see it: at the resolution and with the statistics of
     its starting weights `start`, where the config does not set them; and warnings (the
     reader's notes on the set's files first)."""
-    data = load_data(pretrained.data_config(exp.data, start))
+    data = load_data(pretrained.data_config(exp.data, start), reporter)
     return data, [*data.notes, *pretrained.apply_statistics(data, exp.data, start)]
 
 
