@@ -305,6 +305,15 @@ def check_scores(output: object, name: str) -> torch.Tensor:
     return output
 
 
+# What makes a forward's batch a constant of the graph, in the refusal and in the parity
+# check's hint alike (two copies of it had drifted apart: one without len(x))
+BATCH_MADE_CONSTANT = (
+    "x.shape[0] turned into a Python number (len(x), float(), int(), math or NumPy of it, "
+    "x.new_tensor(x.shape[0])), a branch on it, or a batch size written as a number "
+    "(x.view(2, -1), torch.zeros(2, ...))"
+)
+
+
 def onnx_failure(error: Exception, batch: int, inputs: str, exported_at: int | None) -> str:
     """The line for an exported graph that ONNX Runtime fails to run in the parity check, on
     `batch` rows of `inputs`; `exported_at`: the example's batch where the batch is dynamic."""
@@ -318,9 +327,8 @@ def onnx_failure(error: Exception, batch: int, inputs: str, exported_at: int | N
     if exported_at is not None and batch != exported_at:
         said += (
             f"; the likely cause: a batch size baked into the graph (exported at batch "
-            f"{exported_at}): export without --dynamic-batch, or keep the batch a tensor size: "
-            "x.shape[0] as it is in tensor operations, not made a Python number (len(x), "
-            "float(), int(), NumPy of it) nor written as a number"
+            f"{exported_at}: {BATCH_MADE_CONSTANT}): export without --dynamic-batch, or use "
+            "x.shape[0] as it is in tensor operations"
         )
     return said
 
@@ -344,10 +352,8 @@ def check_batch_dynamic(proto: Any, batch: int, name: str) -> None:
     example = " (the example input's)" if fixed == batch else ""
     raise UserError(
         f"model '{name}' cannot be exported with --dynamic-batch: its forward makes the batch "
-        f"a constant, so the exported graph takes batches of {fixed} only{example}: x.shape[0] "
-        "turned into a Python number (float(), int(), math or NumPy of it, "
-        "x.new_tensor(x.shape[0])), a branch on it, or a batch size written as a number "
-        "(x.view(2, -1), torch.zeros(2, ...))",
+        f"a constant, so the exported graph takes batches of {fixed} only{example}: "
+        f"{BATCH_MADE_CONSTANT}",
         "use x.shape[0] as it is in tensor operations: y * x.shape[0], torch.tensor(x.shape[0]), "
         "x.view(x.shape[0], -1); or export without --dynamic-batch",
     )
