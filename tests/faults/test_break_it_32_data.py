@@ -247,3 +247,22 @@ def test_make_shapes_on_a_small_disk_says_the_sizes_in_a_unit_that_shows_them(
 )  # fmt: skip
 def test_binary_size_picks_the_unit_that_shows_a_size(size: int, said: str) -> None:
     assert formatting.binary_size(size) == said
+
+
+# --- review of round 32 (F1-F3): make-shapes' JPEG limit; the npz's limit and dtype ------------
+
+
+def test_make_shapes_refuses_a_size_over_jpegs_limit_at_once(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review F1: on a machine with memory for it (128 GiB here), --size 65501 made the whole
+    noise image (minutes) before libjpeg's limit failed as "broken data stream"."""
+    monkeypatch.setattr(voc, "machine_memory", lambda: 2**37)
+    monkeypatch.setattr(voc, "_check_room", lambda *a: None)
+    monkeypatch.setattr(voc, "_noisy", lambda *a: pytest.fail("the image was made"))
+    root = tmp_path / "sh"
+    r = cli("detect", "make-shapes", str(root), "--images", "2", "--size", "65501")
+    one_line(r, 2, "--size 65501: a JPEG holds at most 65,500 pixels a side",
+             "give --size 65500 or less")  # fmt: skip
+    assert not root.exists()
+

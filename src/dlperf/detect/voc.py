@@ -828,6 +828,11 @@ def make_shapes(
         raise UserError("make-shapes needs at least 2 images (one for train, one for val)")
     if size < 64:
         raise UserError(f"image size {size} is too small", "use --size 64 or more")
+    if size > JPEG_MAX:  # else found by libjpeg only once the whole image is made (minutes)
+        raise UserError(
+            f"--size {size}: a JPEG holds at most {JPEG_MAX:,} pixels a side",
+            f"give --size {JPEG_MAX} or less",
+        )
     if seed < 0:  # NumPy's own "expected non-negative integer" was a traceback
         raise UserError(f"--seed must be ≥ 0, got {seed}")
     # A set there would have its images and annotations overwritten, and its ImageSets list
@@ -908,6 +913,10 @@ def _noisy(rng: np.random.Generator, base: np.ndarray, size: int) -> Any:
         noise = rng.normal(0, 18, size=(min(rows, size - top), size, 3))
         image.paste(Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8)), (0, top))
     return image
+
+
+# libjpeg's largest side (JPEG_MAX_DIMENSION), which Pillow's writer refuses past.
+JPEG_MAX = 65_500
 
 
 def _check_memory(size: int) -> None:
