@@ -77,9 +77,8 @@ out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
 err = _Stderr(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
 err_line = functools.partial(err.print, soft_wrap=True)  # one line at any terminal width
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
-# The narrowest a table's blocks are laid out: a name, the gap and a value need room, and
-# under it (COLUMNS=1) rich gave each value no columns at all, printing lines of spaces. A
-# terminal that narrow wraps the longer lines itself; no value is lost.
+# The narrowest a table's blocks are laid out: under it (COLUMNS=1) rich gave each value no
+# columns at all, printing lines of spaces; a terminal that narrow wraps the lines itself.
 BLOCKS_MIN_WIDTH = 20
 
 
@@ -263,8 +262,9 @@ def reporter() -> Iterator[RichReporter]:
         return
     from rich import progress as bar
 
-    columns = (bar.TextColumn("{task.description}"), bar.BarColumn(), bar.MofNCompleteColumn())
-    status = (bar.TimeElapsedColumn(), bar.TextColumn("{task.fields[status]}"))
+    plain = functools.partial(bar.TextColumn, markup=False)  # a task names paths: "data[/x]"
+    columns = (plain("{task.description}"), bar.BarColumn(), bar.MofNCompleteColumn())
+    status = (bar.TimeElapsedColumn(), plain("{task.fields[status]}"))
     with bar.Progress(*columns, *status, console=err, transient=True) as progress:
         yield RichReporter(progress)
 
