@@ -266,3 +266,20 @@ def test_make_shapes_refuses_a_size_over_jpegs_limit_at_once(
              "give --size 65500 or less")  # fmt: skip
     assert not root.exists()
 
+
+def test_an_npz_over_the_default_max_memory_gb_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review F2: the default data.max_memory_gb (4), a streaming threshold nobody chose,
+    refused every .npz over 4 GiB, also a stored run's (resumed, a teacher, a sweep worker's:
+    read back whole, every field counts as set). Here the default is made 5e-06 GiB, under the
+    5.4e-06 GiB of images."""
+    path = oblong(tmp_path)
+    monkeypatch.setattr(sources, "machine_memory", lambda: 2**40)
+    monkeypatch.setattr(DataConfig.model_fields["max_memory_gb"], "default", 5e-06)
+    fresh = DataConfig.model_construct({"name", "root"}, name="npz", root=str(path),
+                                       max_memory_gb=5e-06)  # fmt: skip
+    stored = DataConfig.model_validate({**DataConfig().model_dump(), **fresh.model_dump()})
+    assert "max_memory_gb" in stored.model_fields_set
+    for cfg in (fresh, stored):
+        assert len(sources.npz(cfg).train) == 14

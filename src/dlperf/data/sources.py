@@ -2548,10 +2548,20 @@ def read_npz(
     return _tensor(images), held, names
 
 
+def _npz_limit(cfg: DataConfig) -> float | None:
+    """The data.max_memory_gb an .npz is held to: one the user set, unless data.in_memory =
+    true (held whatever it takes). The default (4), nobody's choice, only decides where an
+    image folder lives; an .npz over it loads where the machine's memory holds it (`_npz_fits`).
+    Set is told by value too: a config read back whole (a stored run's, a sweep or scale
+    worker's, a distill stage's) has every field in pydantic's `model_fields_set`."""
+    default = DataConfig.model_fields["max_memory_gb"].default
+    given = "max_memory_gb" in cfg.model_fields_set and cfg.max_memory_gb != default
+    return cfg.max_memory_gb if given and not cfg.in_memory else None
+
+
 def npz(cfg: DataConfig) -> ImageData:
     """uint8 images N,C,H,W and integer labels in a .npz file (data.root), class names optional."""
-    limit = None if cfg.in_memory else cfg.max_memory_gb  # in_memory = true: held whatever it takes
-    images, labels, classes = read_npz(cfg.root, every_class=True, max_memory_gb=limit)
+    images, labels, classes = read_npz(cfg.root, every_class=True, max_memory_gb=_npz_limit(cfg))
     if not len(images):  # else "no training images after the split", naming no file
         raise UserError(
             f"{cfg.root} holds 0 images ('images' of shape {tuple(images.shape)})",
