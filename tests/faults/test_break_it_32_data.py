@@ -43,6 +43,7 @@ from dlperf import formatting
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data, make_loader, sources
 from dlperf.detect import voc
+from dlperf.errors import UserError
 from tests.conftest import CliResult
 from tests.faults.test_break_it_29_data import image_folder
 from tests.faults.test_store_faults import one_line
@@ -283,3 +284,20 @@ def test_an_npz_over_the_default_max_memory_gb_loads(
     assert "max_memory_gb" in stored.model_fields_set
     for cfg in (fresh, stored):
         assert len(sources.npz(cfg).train) == 14
+
+
+def test_a_float_npz_is_told_to_be_uint8_before_its_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review F3: 20 float64 images were refused for 4.3e-05 GiB, over data.max_memory_gb
+    2e-05; raised, then told to save uint8, at which they took 5.4e-06 GiB, under it."""
+    path = tmp_path / "f.npz"
+    np.savez(path, images=np.zeros((20, 3, 8, 12)), labels=np.arange(20) % 2)
+    said = (f"{path}: 'images' is float64 of shape (20, 3, 8, 12), 4.3e-05 GiB: dlperf wants "
+            "uint8 N,C,H,W, pixels 0..255 (5.4e-06 GiB)")  # fmt: skip
+    fix = "save the images as uint8 (pixels 0..255)"
+    for limit, memory in ((2e-05, 2**40), (None, 16 * 2**10)):
+        monkeypatch.setattr(sources, "machine_memory", lambda m=memory: m)
+        with pytest.raises(UserError) as e:
+            sources.read_npz(path, max_memory_gb=limit)
+        assert (e.value.message, e.value.hint) == (said, fix)

@@ -2275,11 +2275,22 @@ def _npz_fits(
     cannot be loaded in this machine's memory, as an image folder's data.image_size is
     refused, or that take more than `max_memory_gb` (data.max_memory_gb where data.in_memory
     is unset: an .npz cannot be streamed). Read whole, a file of over a third of the memory
-    was killed by the kernel as it was split, without a line, and the limit was ignored."""
+    was killed by the kernel as it was split, without a line, and the limit was ignored.
+    Images that are not uint8, over either, are told first to be saved as uint8 (a float64
+    file is 8 times their size), which `_npz_images` needs of them anyway."""
     images = math.prod(shape) * dtype.itemsize
     count = shape[0] if shape else 1
     each = images // count if count else images
     memory = machine_memory()
+    over = NPZ_PEAK * images > memory or (
+        max_memory_gb is not None and images > max_memory_gb * 2**30
+    )
+    if over and dtype != np.uint8:  # saved as uint8 they may fit: that fix first
+        raise UserError(
+            f"{path}: 'images' is {dtype} of shape {shape}, {gib(images)} GiB: dlperf wants "
+            f"uint8 N,C,H,W, pixels 0..255 ({gib(math.prod(shape))} GiB)",
+            "save the images as uint8 (pixels 0..255)",
+        )
     if NPZ_PEAK * images > memory:
         fits = memory // (NPZ_PEAK * each) if each else 0
         said = f"{dtype} {' x '.join(map(str, shape))}"
