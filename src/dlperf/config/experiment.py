@@ -250,11 +250,13 @@ class DataConfig(Section):
     num_workers: Size = 2
     """DataLoader worker processes for the torchvision loader."""
     in_memory: bool | None = None
-    """Decode the whole data set into memory; None decides by `max_memory_gb`."""
+    """Decode the whole data set into memory; None decides by `max_memory_gb` (true: an .npz is
+    held whatever its size, where the machine's memory holds it)."""
     max_memory_gb: NonNegative = 4.0
     """Largest decoded data set kept in memory: with `in_memory` unset a larger image folder is
-    streamed; a larger .npz, which cannot be, is refused unless `in_memory = true`. A set
-    resized in memory to `image_size` is held to it even so."""
+    streamed. An .npz, which cannot be, is refused over a limit set other than this default,
+    unless `in_memory = true`; at the default it loads where the machine's memory holds it. A
+    set resized in memory to `image_size` is held to it even so."""
     val_fraction: Fraction = 0.1
     """Share of the training set held out for per-epoch validation."""
     test_fraction: Fraction = 0.2
