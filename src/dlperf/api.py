@@ -35,11 +35,13 @@ from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
     TOO_DEEP,
+    as_given,
     flat_clash,
     has_control,
     key_fault,
     printable_key,
     printable_keys,
+    small_whole_numbers,
     subscripted,
 )
 from dlperf.progress import NullReporter
@@ -70,26 +72,6 @@ def _whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _dims(value: Any) -> tuple[int, ...] | None:
-    """The shape of a tensor or an array of one dimension or more (None: not one)."""
-    shape = getattr(value, "shape", None)
-    return tuple(shape) if isinstance(shape, tuple) and shape else None  # torch.Size a tuple too
-
-
-def _as_given(value: Any, typed: bool = False) -> str:
-    """A refused value as an error names it, on one short line: a tensor or an array by its
-    type and shape (its repr is its values, a line per row), anything else as reprlib shortens
-    it (a list of 2,000 numbers was 11,000 characters), after its type's name if `typed`."""
-    dims = _dims(value)
-    if dims is not None:
-        kind = type(value)
-        return f"a {kind.__module__}.{kind.__qualname__} of shape {dims}"
-    shown = reprlib.repr(value)
-    if "\n" in shown:  # an object's own repr, such as a module's
-        shown = " ".join(shown.split())
-    return f"{type(value).__name__} {shown}" if typed else shown
-
-
 def _shape(input_size: Any) -> list[int] | None:
     """One sample's shape as a list of whole numbers ≥ 1 (None: not given)."""
     if input_size is None:
@@ -101,16 +83,18 @@ def _shape(input_size: Any) -> list[int] | None:
     else:
         given = tuple(input_size)
     hint = "e.g. (3, 32, 32)"
-    if _dims(given) is not None:  # an example input, as torchinfo takes one: its shape is the fix
+    if small_whole_numbers(given) is not None:  # a shape kept as an array: np.array(img.shape)
+        hint = "give the shape as a tuple of ints: tuple(x.tolist())"
+    elif getattr(given, "ndim", 0) >= 2:  # an example input, as torchinfo takes one
         hint = "give one sample's shape, without the batch: x.shape[1:]"
     raise UserError(
-        f"input_size must be one sample's shape in whole numbers ≥ 1, got {_as_given(given)}", hint
+        f"input_size must be one sample's shape in whole numbers ≥ 1, got {as_given(given)}", hint
     )
 
 
 def _run_id(run_id: Any) -> int:
     if not _whole(run_id):
-        raise UserError(f"a run id is a whole number, got {_as_given(run_id)}")
+        raise UserError(f"a run id is a whole number, got {as_given(run_id)}")
     return int(run_id)
 
 
@@ -119,7 +103,7 @@ def _run_ids(given: Any) -> list[int]:
     character at a time: "1,2" failed as a TypeError, b"12" read as runs 49 and 50."""
     if isinstance(given, _TEXT) or not isinstance(given, Iterable):
         raise UserError(
-            f"run ids are a list of whole numbers, got {_as_given(given, typed=True)}",
+            f"run ids are a list of whole numbers, got {as_given(given, typed=True)}",
             "e.g. [1, 2]",
         )
     return [_run_id(run_id) for run_id in given]
@@ -131,7 +115,7 @@ def _optional_whole(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if not _whole(value):
-        raise UserError(f"{what} is a whole number, got {_as_given(value, typed=True)}")
+        raise UserError(f"{what} is a whole number, got {as_given(value, typed=True)}")
     return int(value)
 
 
@@ -143,7 +127,7 @@ def _strings(given: Any, what: str, example: str) -> list[str]:
     if not isinstance(given, _TEXT) and isinstance(given, Iterable):
         items = list(given)
     if items is None or not all(isinstance(item, str) for item in items):
-        raise UserError(f"{what}, got {_as_given(given)}", f"e.g. {example}")
+        raise UserError(f"{what}, got {as_given(given)}", f"e.g. {example}")
     return items
 
 
@@ -177,7 +161,7 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return UserError(f"config{at} is not UTF-8 text: {value!r}", _VALUES)
+            return UserError(f"config{at} is not UTF-8 text: {as_given(value)}", _VALUES)
         return None
     if isinstance(value, Mapping):
         for key, item in value.items():
@@ -186,7 +170,8 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
                 # two keys of one name (a value lost), and sort_keys raised TypeError on keys
                 # of mixed types: only text is a key, as in TOML and JSON themselves.
                 return UserError(key_fault(key, f"config{at}" if at else ""), KEYS_HINT)
-            fault = _json_fault(key, at, level) or _json_fault(item, f"{at}[{key!r}]", level + 1)
+            path = f"{at}[{reprlib.repr(key)}]"  # a key of 3,000 characters, cut
+            fault = _json_fault(key, at, level) or _json_fault(item, path, level + 1)
             if fault is not None:
                 return fault
         return None
@@ -217,7 +202,7 @@ def _device(device: Any) -> torch.device:
     if not isinstance(device, (str, torch.device)):  # torch reads 5 as cuda:5
         raise UserError(
             "device is a name such as 'cpu' or 'cuda:0', or a torch.device, "
-            f"got {_as_given(device, typed=True)}"
+            f"got {as_given(device, typed=True)}"
         )
     try:
         picked = pick_device(str(device))
@@ -241,7 +226,7 @@ def _key_name(key: Any, what: str = "metric key") -> str:
     metric = what == "metric key"
     example = "log(step, loss=0.5)" if metric else "run.phase('forward')"
     if not isinstance(key, str):
-        raise UserError(f"a {what} is text, got {_as_given(key, typed=True)}", f"e.g. {example}")
+        raise UserError(f"a {what} is text, got {as_given(key, typed=True)}", f"e.g. {example}")
     if not key:
         raise UserError(f"a {what} is not empty", f"name it, e.g. {example}")
     name = _logged_name(key)
@@ -291,11 +276,11 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
         except OverflowError:
             raise UserError(
                 f"metric {name} is a number a float can hold (up to {sys.float_info.max:.4g}), "
-                f"got {_as_given(value, typed=True)}"
+                f"got {as_given(value, typed=True)}"
             ) from None
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
-    raise UserError(f"metric {name} is a number, got {_as_given(value, typed=True)}")
+    raise UserError(f"metric {name} is a number, got {as_given(value, typed=True)}")
 
 
 def _step(step: Any) -> int:
@@ -316,7 +301,7 @@ def _step(step: Any) -> int:
         with suppress(OverflowError):  # float() of a Fraction past a float's range
             if isinstance(value, numbers.Real) and float(value).is_integer():  # not NaN, inf
                 return int(float(value))
-    raise UserError(f"a step is a whole number, got {_as_given(step)}")
+    raise UserError(f"a step is a whole number, got {as_given(step)}")
 
 
 def _logged_name(key: str) -> str:
@@ -657,7 +642,7 @@ def _precision(dtype: object) -> str:
         if dtype is torch_dtype or (isinstance(dtype, str) and dtype == name):
             return name
     raise UserError(
-        f"dtype {_as_given(dtype)}: use 'fp32', 'bf16' or 'fp16' (or torch.float32, "
+        f"dtype {as_given(dtype)}: use 'fp32', 'bf16' or 'fp16' (or torch.float32, "
         "torch.bfloat16, torch.float16)"
     )
 
@@ -701,11 +686,11 @@ def analyze(
     precision = _precision(dtype)
     input_size = _shape(input_size)
     if not isinstance(bias, bool):  # "no" would count the biases, silently
-        raise UserError(f"bias is True or False, got {_as_given(bias)}")
+        raise UserError(f"bias is True or False, got {as_given(bias)}")
     if not isinstance(train, bool):
-        raise UserError(f"train is True or False, got {_as_given(train)}")
+        raise UserError(f"train is True or False, got {as_given(train)}")
     if not _whole(batch):
-        raise UserError(f"batch is a whole number ≥ 1, got {_as_given(batch)}")
+        raise UserError(f"batch is a whole number ≥ 1, got {as_given(batch)}")
     batch = int(batch)
     if isinstance(model, str):
         with _no_exit(), _no_global_hooks():
@@ -840,7 +825,7 @@ class TrackedRun:
         at = _step(step)
         if not STEP_MIN <= at <= STEP_MAX:  # else it failed the run at the block's flush
             raise UserError(
-                f"a step is between {STEP_MIN:,} and {STEP_MAX:,}, got {_as_given(step)}",
+                f"a step is between {STEP_MIN:,} and {STEP_MAX:,}, got {as_given(step)}",
                 "the run store keeps a step as a 32-bit integer, PostgreSQL's INTEGER",
             )
         # Every metric is checked before any is kept, and here rather than at the block's
@@ -951,9 +936,9 @@ def track(
         from dlperf.system import system_info
 
     if not isinstance(name, str) or not name.strip() or has_control(name):
-        raise UserError(f"a run's name is printable text, got {_as_given(name)}")
+        raise UserError(f"a run's name is printable text, got {as_given(name)}")
     if config is not None and not isinstance(config, Mapping):
-        raise UserError(f"config is a dict of JSON values, got {_as_given(config, typed=True)}")
+        raise UserError(f"config is a dict of JSON values, got {as_given(config, typed=True)}")
     config = dict(config or {})
     fault = _json_fault(config)
     if fault is not None:
@@ -1083,7 +1068,7 @@ class Store:
         given = () if where is None else where
         filters = _strings(given, "where is a list of --where filters", "['train.lr=0.1']")
         if kind is not None and not isinstance(kind, str):
-            raise UserError(f"kind is text such as 'run', got {_as_given(kind, typed=True)}")
+            raise UserError(f"kind is text such as 'run', got {as_given(kind, typed=True)}")
         return list_runs(
             self._read,
             kind=kind,
@@ -1113,7 +1098,7 @@ class Store:
         """`key` as stored: as given, or as `TrackedRun.log` names it ("loss": train/loss);
         an error naming the stored keys when the run has neither."""
         if not isinstance(key, str):  # a tensor's `in` raised RuntimeError, an int TypeError
-            raise UserError(f"a metric key is text, got {_as_given(key, typed=True)}")
+            raise UserError(f"a metric key is text, got {as_given(key, typed=True)}")
         for name in (key, _logged_name(key)):
             if name in stored:
                 return name
@@ -1185,7 +1170,7 @@ def _store_url(url: str | os.PathLike[str] | None) -> str:
     path = os.fspath(url) if isinstance(url, os.PathLike) else url
     if path is not None and not isinstance(path, str):
         raise UserError(
-            f"a store is a path or a SQLAlchemy URL, got {_as_given(url, typed=True)}",
+            f"a store is a path or a SQLAlchemy URL, got {as_given(url, typed=True)}",
             "e.g. 'runs.db' or 'sqlite:///runs.db'",
         )
     if isinstance(url, os.PathLike) and missing_slashes(path or ""):
@@ -1287,7 +1272,7 @@ def fit_curve(
     from dlperf.converge.options import CurveOptions
 
     if not isinstance(form, str) or form not in PARAMS:  # a list was unhashable: TypeError
-        raise UserError(f"unknown curve form {_as_given(form)}", f"use {', '.join(PARAMS)}")
+        raise UserError(f"unknown curve form {as_given(form)}", f"use {', '.join(PARAMS)}")
     # Checked as numbers here: the window's comparisons raised TypeError for text, and True
     # was taken as a fraction of 1.
     upto = None if upto is None else check_number(upto, "upto")

@@ -233,7 +233,44 @@ def key_fault(key: Any, within: str) -> str:
     ("" at the top) and its type ("config key 3 in model is int: keys are text")."""
     kind = "None" if key is None else type(key).__name__
     where = f" in {within}" if within else ""
-    return f"config key {reprlib.repr(key)}{where} is {kind}: keys are text"
+    return f"config key {as_given(key)}{where} is {kind}: keys are text"
+
+
+def _dims(value: Any) -> tuple[int, ...] | None:
+    """The shape of a tensor or an array of one dimension or more (None: not one)."""
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if isinstance(shape, tuple) and shape else None  # torch.Size a tuple too
+
+
+def small_whole_numbers(value: Any) -> list[int] | None:
+    """The numbers of a 1-d tensor or array of at most 8 whole numbers, such as a shape kept
+    as one (`np.array(img.shape)`); None for anything else."""
+    dims = _dims(value)
+    if dims is None or len(dims) != 1 or dims[0] > 8:
+        return None
+    try:
+        numbers = value.tolist()  # plain ints of an integer dtype; floats or bools otherwise
+    except (AttributeError, TypeError, RuntimeError, NotImplementedError):  # a meta tensor's
+        return None
+    whole = all(isinstance(n, int) and not isinstance(n, bool) for n in numbers)
+    return numbers if whole else None
+
+
+def as_given(value: Any, typed: bool = False) -> str:
+    """A refused value as an error names it, on one short line: a tensor or an array by its
+    type and shape (its repr is its values, a line per row), or by its numbers when it holds a
+    few whole ones; anything else as reprlib shortens it (a list of 2,000 numbers was 11,000
+    characters), after its type's name if `typed`."""
+    dims = _dims(value)
+    if dims is not None:
+        kind = type(value)
+        numbers = small_whole_numbers(value)
+        held = f"holding {numbers}" if numbers is not None else f"of shape {dims}"
+        return f"a {kind.__module__}.{kind.__qualname__} {held}"
+    shown = reprlib.repr(value)
+    if "\n" in shown:  # an object's own repr, such as a module's
+        shown = " ".join(shown.split())
+    return f"{type(value).__name__} {shown}" if typed else shown
 
 
 def flatten(tree: dict[str, Any], prefix: str = "", quote: bool = False) -> dict[str, Any]:

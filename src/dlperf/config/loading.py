@@ -31,6 +31,7 @@ from dlperf.parsing import (
     MAX_DEPTH,
     TOO_DEEP,
     absolute_model_name,
+    as_given,
     depth,
     did_you_mean,
     flat_clash,
@@ -302,7 +303,7 @@ def validation_message(
         msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
     shown = got is not None and not isinstance(got, dict) and first["type"] != NOT_UTF8
-    got_text = f" (got {got!r})" if shown else ""
+    got_text = f" (got {as_given(got)})" if shown else ""
     if flag is not None:
         return UserError(f"{flag}: {loc}: {msg}{got_text}")
     return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")
