@@ -675,6 +675,11 @@ def analyze(
     pooling and linear layers only; `macs_convention` "dlperf" counts weight products only
     (bias adds, normalisation and pooling are FLOPs), "torchinfo", "ptflops" or "fvcore"
     as those tools count (a forward pass only).
+    What the command warns of, the count leaves out, is a `UserWarning` here: operators no
+    handler counts (`unsupported_ops`), layers kept in a plain list, tuple or dict (not the
+    model's parameters), and outputs of functional layers (F.conv2d, F.linear) that the
+    `activations` convention would count as modules, named in `to_dict()["conventions"]
+    ["activations_not_counted"]`.
     """
     with stopping.deferred():
         from torch import nn
@@ -698,7 +703,7 @@ def analyze(
                 model, input_size, batch, train, precision, None, bias, activations,
                 macs_convention=macs_convention, command=API,
             )  # fmt: skip
-        return AnalysisResult(named)
+        return _told(named)
     if not isinstance(model, nn.Module):
         raise UserError(f"analyze takes a model name or an nn.Module, not {type(model).__name__}")
     if not input_size:
@@ -724,7 +729,16 @@ def analyze(
             "a hook the model needs is kept when its class's code names it: docs/api.md, "
             "'Count a model without touching it'",
         ) from None
-    return AnalysisResult(counted)
+    return _told(counted)
+
+
+def _told(analysis: Analysis) -> AnalysisResult:
+    """`analysis` as a result, after the warnings `dlperf analyze` prints of what it leaves
+    out, as Python warnings: a notebook shows them, a program may filter them."""
+    for note in (analysis.unsupported_note(), analysis.activations_note()):
+        if note:
+            warnings.warn(note, UserWarning, stacklevel=3)  # at the caller of dlperf.analyze
+    return AnalysisResult(analysis)
 
 
 # --- run ------------------------------------------------------------------------------------

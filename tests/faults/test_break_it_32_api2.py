@@ -12,12 +12,14 @@ layers in a plain list, functional layers' activations), which `dlperf analyze` 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import dlperf
@@ -77,3 +79,48 @@ def test_a_shape_given_as_an_integer_array_shows_its_numbers(given: object) -> N
 def test_an_example_input_keeps_its_hint() -> None:
     text = refused(lambda: dlperf.analyze(nn.Linear(8, 2), torch.randn(4, 8)))  # type: ignore[arg-type]
     assert "a torch.Tensor of shape (4, 8)" in text and "x.shape[1:]" in text, text
+
+
+class _Listed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = [nn.Linear(8, 8)]  # unregistered: not in parameters()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks[0](x)
+
+
+class _Functional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w)
+
+
+class _Unsupported(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x).real
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        (_Listed(), "blocks"),
+        (_Functional(), "not counted"),
+        (_Unsupported(), "no handler for these operators"),
+    ],
+    ids=["unregistered", "functional", "unsupported"],
+)
+def test_analyze_warns_as_the_command_does(model: nn.Module, said: str) -> None:
+    with pytest.warns(UserWarning) as caught:
+        dlperf.analyze(model, (8,), activations="conv-pool-fc")
+    texts = [str(w.message) for w in caught]
+    assert any(said in t for t in texts), texts
+
+
+def test_analyze_of_a_plain_model_warns_nothing() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dlperf.analyze(nn.Linear(8, 2), (8,))
