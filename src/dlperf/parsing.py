@@ -256,6 +256,12 @@ def small_whole_numbers(value: Any) -> list[int] | None:
     return numbers if whole else None
 
 
+# reprlib's lengths, but a text or an object up to 100 characters whole: its default of 30 cut
+# a misspelt name or a path in a config error ('cosine_with_r...armup'), the very word to fix
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 100
+
+
 def as_given(value: Any, typed: bool = False) -> str:
     """A refused value as an error names it, on one short line: a tensor or an array by its
     type and shape (its repr is its values, a line per row), or by its numbers when it holds a
@@ -267,7 +273,7 @@ def as_given(value: Any, typed: bool = False) -> str:
         numbers = small_whole_numbers(value)
         held = f"holding {numbers}" if numbers is not None else f"of shape {dims}"
         return f"a {kind.__module__}.{kind.__qualname__} {held}"
-    shown = reprlib.repr(value)
+    shown = _SHORT.repr(value)
     if "\n" in shown:  # an object's own repr, such as a module's
         shown = " ".join(shown.split())
     return f"{type(value).__name__} {shown}" if typed else shown

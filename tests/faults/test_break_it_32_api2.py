@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import dlperf
+from dlperf.parsing import as_given
 
 
 def refused(call: Callable[[], Any]) -> str:
@@ -124,3 +126,13 @@ def test_analyze_of_a_plain_model_warns_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dlperf.analyze(nn.Linear(8, 2), (8,))
+
+
+def test_a_refused_text_up_to_100_characters_is_shown_whole(tmp_path: Path) -> None:
+    """as_given shortened every text over reprlib's 30 characters: a config error cut the
+    misspelt name or the path the user must fix ('one epoch...please')."""
+    typed = "one epoch and then some more of them please"
+    with pytest.raises(dlperf.UserError) as raised:
+        dlperf.run({"train": {"epochs": typed}}, store=tmp_path / "s.db")
+    assert f"(got '{typed}')" in str(raised.value)
+    assert len(as_given("x" * 150)) == 100  # longer text is still cut, on one short line
