@@ -70,7 +70,7 @@ def test_runs_show_of_many_steps_shows_its_ends_and_says_what_was_left_out(
     assert cells[-1] == ["1000", "0.001", "0.001", "0.001"], result.out
     left = n - 2 * END_ROWS
     assert after == [
-        f"{left} of {n} rows left out, between step {END_ROWS} and step {n - END_ROWS + 1}; "
+        f"{left} of {n:,} rows left out, between step {END_ROWS} and step {n - END_ROWS + 1}; "
         f"every row: dlperf runs show {run_id} --json (or runs export, runs plot)"
     ], result.out
     document = cli("--db", store_url, "runs", "show", str(run_id), "--json")
@@ -145,3 +145,27 @@ def test_runs_show_per_epoch_counts_epochs_not_a_training_runs_steps(db: str, cl
         f"epoch {epochs - END_ROWS + 1}; every row: dlperf runs show {run_id} --json "
         "(or runs export, runs plot)"
     ], result.out
+
+
+def test_runs_show_left_out_note_separates_thousands_and_names_one_step_once(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """Review F5: the note said "99980 of 100000 rows" where the other count lines say
+    "2,300", and of one step logged many times "between step 5 and step 5"."""
+    url = f"sqlite:///{tmp_path / 'note.db'}"
+    n = 1200
+    many = _tracked(url, [("x", s, float(s)) for s in range(1, n + 1)])
+    once = _tracked(url, [("x", 5, i / 8) for i in range(150)])
+    notes = []
+    for run_id in (many, once):
+        result = cli("--db", url, "runs", "show", str(run_id))
+        assert result.code == 0, result.err
+        notes.append(_table(result.out)[1])
+    every = "every row: dlperf runs show {} --json (or runs export, runs plot)"
+    assert notes == [
+        [
+            f"1,180 of 1,200 rows left out, between step {END_ROWS} and step "
+            f"{n - END_ROWS + 1}; {every.format(many)}"
+        ],
+        [f"130 of 150 rows left out, at step 5; {every.format(once)}"],
+    ]

@@ -378,10 +378,16 @@ class MetricTable:
         when none were."""
         if self.gap is None:
             return None
+        first, last = self.gap
+        # One step logged many times leaves out rows of that one step. The steps stay bare, as
+        # the table's first column prints them; the counts are separated, as other counts are.
+        axis = self.axis
+        where = (
+            f"at {axis} {first}" if first == last else f"between {axis} {first} and {axis} {last}"
+        )
         return (
-            f"{self.total - len(self.rows)} of {self.total} rows left out, between "
-            f"{self.axis} {self.gap[0]} and {self.axis} {self.gap[1]}; every row: dlperf runs "
-            f"show {run_id} --json (or runs export, runs plot)"
+            f"{self.total - len(self.rows):,} of {self.total:,} rows left out, {where}; every "
+            f"row: dlperf runs show {run_id} --json (or runs export, runs plot)"
         )
 
 
