@@ -189,7 +189,9 @@ def run(
     _room_for_clients(max(concurrency))
 
     parts = urlsplit(endpoint)
-    servers = listeners(parts.hostname or "", parts.port or 80)
+    host = parts.hostname or ""
+    # Still localhost: none of its addresses took a connection, and the probe says so next.
+    servers = set() if host == "localhost" else listeners(host, parts.port or 80)
     # Of several, which serves this URL (or whether all do) cannot be told: no guess.
     server = next(iter(servers)) if len(servers) == 1 else None
     if len(servers) > 1:
@@ -236,12 +238,11 @@ def _quiet_stop(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
 
 def listeners(host: str, port: int) -> set[int]:
     """The pids of the processes on this machine holding the TCP socket that a connection to
-    `host`:`port` lands on: one listening on that address, else a wildcard one (0.0.0.0, or
-    :: which takes IPv4 too), as the kernel picks; of localhost, every address it resolves
-    to. Found by the sockets' inodes in /proc/net/tcp and tcp6, then the processes that hold
-    them; empty where none can be seen (another user's process, another network namespace,
-    no /proc). Several: two servers with SO_REUSEPORT, a forked worker, or localhost's two
-    addresses each taken."""
+    `host` (an address, not a name):`port` lands on: one listening on that address, else a
+    wildcard one (0.0.0.0, or :: which takes IPv4 too), as the kernel picks. Found by the
+    sockets' inodes in /proc/net/tcp and tcp6, then the processes that hold them; empty where
+    none can be seen (another user's process, another network namespace, no /proc). Several:
+    two servers with SO_REUSEPORT, or a forked worker."""
     bound: dict[IPAddress, set[str]] = {}  # a listening address: its sockets
     for table in ("tcp", "tcp6"):
         try:
@@ -253,13 +254,11 @@ def listeners(host: str, port: int) -> set[int]:
             local, _, at = fields[1].rpartition(":")
             if fields[3] == "0A" and int(at, 16) == port:  # LISTEN
                 bound.setdefault(_kernel_address(local), set()).add(f"socket:[{fields[9]}]")
-    sockets: set[str] = set()
-    for address in _addresses(host):
-        wildcards = [ipaddress.ip_address("::")]  # a dual-stack socket: the IPv4 ones too
-        if address.version == 4:
-            wildcards.append(ipaddress.ip_address("0.0.0.0"))
-        exact = bound.get(address)
-        sockets |= exact or {each for w in wildcards for each in bound.get(w, set())}
+    address = _plain(ipaddress.ip_address(host))
+    wildcards = [ipaddress.ip_address("::")]  # a dual-stack socket: the IPv4 ones too
+    if address.version == 4:
+        wildcards.append(ipaddress.ip_address("0.0.0.0"))
+    sockets = bound.get(address) or {each for w in wildcards for each in bound.get(w, set())}
     pids = set()
     for process in PROC.glob("[0-9]*") if sockets else ():
         try:
@@ -306,17 +305,6 @@ def _kernel_address(text: str) -> IPAddress:
     """An address as /proc/net/tcp{,6} prints it: each 32-bit word in hex, in host order."""
     words = (int(text[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
     return _plain(ipaddress.ip_address(b"".join(words)))
-
-
-def _addresses(host: str) -> set[IPAddress]:
-    """The addresses a client connects to for `host` (a loopback one, `target` saw to it)."""
-    if host != "localhost":
-        return {_plain(ipaddress.ip_address(host))}
-    try:
-        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError:  # no resolver entry at all: both of localhost's usual addresses
-        return {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
-    return {_plain(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in found}
 
 
 def _client() -> httpx.AsyncClient:
