@@ -255,6 +255,15 @@ def fake_proc(
         ([(MAPPED, [60])], "127.0.0.2", {60}),
         ([(A, [10]), (A, [11])], "127.0.0.1", {10, 11}),  # two sockets (SO_REUSEPORT)
         ([(A, [10, 11])], "127.0.0.1", {10, 11}),  # one socket, a forked worker holds it too
+        # Reviewer 4 F4: the kernel's order for an IPv4 address is the exact one (an IPv4
+        # socket before an IPv6 one bound to it mapped), then 0.0.0.0, then :: (a v6-only ::
+        # takes no IPv4, and /proc does not say which is which).
+        ([(ANY4, [40]), (ANY6, [50])], "127.0.0.1", {40}),
+        ([(ANY6, [50]), (ANY4, [40])], "127.0.0.1", {40}),
+        ([(ANY4, [40]), (ANY6, [50])], "::1", {50}),
+        ([(MAPPED, [60]), (B, [20])], "127.0.0.2", {20}),
+        ([(MAPPED, [60]), (ANY4, [40])], "127.0.0.2", {60}),
+        ([(ANY6, [50]), (MAPPED, [60])], "::ffff:127.0.0.2", {60}),
     ],
 )
 def test_the_server_is_found_by_the_url_s_address_and_port(

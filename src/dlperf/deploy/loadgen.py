@@ -238,11 +238,12 @@ def _quiet_stop(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
 
 def listeners(host: str, port: int) -> set[int]:
     """The pids of the processes on this machine holding the TCP socket that a connection to
-    `host` (an address, not a name):`port` lands on: one listening on that address, else a
-    wildcard one (0.0.0.0, or :: which takes IPv4 too), as the kernel picks. Found by the
-    sockets' inodes in /proc/net/tcp and tcp6, then the processes that hold them; empty where
-    none can be seen (another user's process, another network namespace, no /proc). Several:
-    two servers with SO_REUSEPORT, or a forked worker."""
+    `host` (an address, not a name):`port` lands on, as Linux's lookup picks it: a socket
+    bound to that address (for IPv4, an IPv4 one before an IPv6 one bound to it mapped,
+    ::ffff:a.b.c.d), else 0.0.0.0 (IPv4), else :: (which takes IPv4 too unless it is v6-only,
+    which /proc does not say). Found by the sockets' inodes in /proc/net/tcp and tcp6, then
+    the processes that hold them; empty where none can be seen (another user's process,
+    another network namespace, no /proc). Several: SO_REUSEPORT, or a forked worker."""
     bound: dict[IPAddress, set[str]] = {}  # a listening address: its sockets
     for table in ("tcp", "tcp6"):
         try:
@@ -255,10 +256,13 @@ def listeners(host: str, port: int) -> set[int]:
             if fields[3] == "0A" and int(at, 16) == port:  # LISTEN
                 bound.setdefault(_kernel_address(local), set()).add(f"socket:[{fields[9]}]")
     address = _plain(ipaddress.ip_address(host))
-    wildcards = [ipaddress.ip_address("::")]  # a dual-stack socket: the IPv4 ones too
+    order: list[IPAddress] = [address]
     if address.version == 4:
-        wildcards.append(ipaddress.ip_address("0.0.0.0"))
-    sockets = bound.get(address) or {each for w in wildcards for each in bound.get(w, set())}
+        mapped = ipaddress.ip_address(f"::ffff:{address}")
+        order += [mapped, ipaddress.ip_address("0.0.0.0")]
+    order.append(ipaddress.ip_address("::"))
+    # The first that holds a socket: the kernel scores the others' sockets below it.
+    sockets = next((bound[each] for each in order if each in bound), set())
     pids = set()
     for process in PROC.glob("[0-9]*") if sockets else ():
         try:
@@ -302,9 +306,10 @@ def _plain(address: IPAddress) -> IPAddress:
 
 
 def _kernel_address(text: str) -> IPAddress:
-    """An address as /proc/net/tcp{,6} prints it: each 32-bit word in hex, in host order."""
+    """An address as /proc/net/tcp{,6} prints it: each 32-bit word in hex, in host order. An
+    IPv6 socket's mapped IPv4 address stays IPv6: the kernel ranks it below an IPv4 socket."""
     words = (int(text[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
-    return _plain(ipaddress.ip_address(b"".join(words)))
+    return ipaddress.ip_address(b"".join(words))
 
 
 def _client() -> httpx.AsyncClient:
