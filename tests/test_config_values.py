@@ -15,6 +15,7 @@ import torch
 
 from dlperf.config import Experiment
 from dlperf.experiment.run import run_experiment
+from dlperf.formatting import binary_size
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -56,19 +57,19 @@ def test_a_run_at_lr_1e308_is_one_line_and_stores_nothing(
 HUGE = ["--set", "data.name=synthetic", "--set", "data.shape=[3,100000,100000]"]
 
 
-def _memory_gib() -> float:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+def _memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_a_synthetic_shape_too_large_for_memory_says_what_it_needs(
     cli: Callable[..., CliResult], store: RunStore, tiny_exp: Callable[..., Path]
 ) -> None:
     # 2048 + 256 + 256 images of 3 x 100000 x 100000 bytes: 2560 x 3e10 bytes.
-    needed = 2560 * (3 * 100_000 * 100_000 + 8) / 2**30  # and an 8-byte label each
+    needed = 2560 * (3 * 100_000 * 100_000 + 8)  # and an 8-byte label each: 69.8 TiB
     expected = (
         "data.shape [3, 100000, 100000]: the synthetic set's 2560 images (data.size 2048, "
-        f"256 validation, 256 test) and their labels take {needed:,.1f} GiB, more than this "
-        f"machine's {_memory_gib():,.1f} GiB of memory (give a smaller data.shape or data.size)"
+        f"256 validation, 256 test) and their labels take {binary_size(needed)}, more than this "
+        f"machine's {binary_size(_memory())} of memory (give a smaller data.shape or data.size)"
     )
     for command in (["config", "show"], ["run", str(tiny_exp(epochs=1))]):
         line = _one_line(cli(*command, *HUGE))

@@ -57,20 +57,14 @@ def clip(text: str, limit: int, ellipsis: str = "...") -> str:
     return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
 
 
-def gib(size: float) -> str:
-    """`size` bytes in GiB, the number alone: to one decimal with thousands separators from
-    0.1 GiB up (23.5, 1,024.0), to 2 significant digits below it (0.05, 5.4e-06), so that a
-    size that is there never reads 0.0."""
-    value = size / 2**30
-    return f"{value:,.1f}" if value >= 0.1 else f"{value:.2g}"
-
-
 BINARY_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 
 
 def binary_size(size: float) -> str:
     """`size` bytes in the largest binary unit it holds one of, to one decimal: "6.6 MiB",
-    "2.0 GiB"; under 1 KiB in bytes ("512 bytes")."""
+    "2.0 GiB"; under 1 KiB in bytes ("512 bytes"). Every size a message says goes through
+    here, so that a size that is there never reads "0.0 GiB" nor "5.4e-06 GiB", and two
+    messages about one setting say it alike."""
     for scale, name in BINARY_UNITS:
         if abs(size) >= scale:
             return f"{size / scale:,.1f} {name}"

@@ -89,7 +89,8 @@ def test_m_copies_of_a_batch_beyond_memory_are_refused_before_the_run(
     tiny_exp(epochs=1)
     result = cli("run", "tiny.toml", "--set", "augment.batch_aug_m=64", "--set",
                  "train.batch_size=128")  # fmt: skip
-    one_line(result, 2, "augment.batch_aug_m 64", "128 images", "1x8x8", "GiB", "memory")
+    one_line(result, 2, "augment.batch_aug_m 64", "128 images", "1x8x8", "take 2.0 MiB",
+             "1.0 MiB of memory")  # fmt: skip
     assert store.list_runs() == []
 
 

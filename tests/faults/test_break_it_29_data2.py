@@ -21,6 +21,7 @@ from dlperf.config.experiment import machine_memory
 from dlperf.data import loaders, sources
 from dlperf.distill import pool
 from dlperf.errors import UserError
+from dlperf.formatting import binary_size
 from tests.conftest import CliResult
 from tests.distill.test_pool import labelled_data
 from tests.faults.test_break_it_29_data import image_folder
@@ -49,10 +50,10 @@ def no_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
 def said(side: int) -> tuple[str, int]:
     """What one image decoded at `side` takes, and the largest side that fits."""
     memory = machine_memory()
-    needed = sources.DECODE_BYTES * side * side / 2**30
+    needed = sources.DECODE_BYTES * side * side
     said = (
-        f"one image decoded at {side}x{side} takes {needed:,.1f} GiB, more than this "
-        f"machine's {memory / 2**30:,.1f} GiB of memory"
+        f"one image decoded at {side}x{side} takes {binary_size(needed)}, more than this "
+        f"machine's {binary_size(memory)} of memory"
     )
     return said, math.isqrt(memory // sources.DECODE_BYTES)
 

@@ -40,7 +40,7 @@ import torch
 from PIL import Image
 
 from dlperf import formatting
-from dlperf.config import AugmentConfig, DataConfig
+from dlperf.config import AugmentConfig, DataConfig, experiment
 from dlperf.data import load_data, make_loader, sources
 from dlperf.detect import voc
 from dlperf.errors import UserError
@@ -127,8 +127,8 @@ def test_an_npz_that_cannot_be_loaded_in_memory_is_refused_before_it_is_read(
     read = []
     monkeypatch.setattr(np.lib.npyio.NpzFile, "__getitem__", lambda *a: read.append(a))
     r = cli("data", "describe", "npz", "--set", f"data.root={path}")
-    one_line(r, 2, f"{path}: its 20 images (uint8 20 x 3 x 8 x 12) take 5.4e-06 GiB, and about "
-             "1.6e-05 GiB as they are loaded and split, more than this machine's 1.5e-05 GiB "
+    one_line(r, 2, f"{path}: its 20 images (uint8 20 x 3 x 8 x 12) take 5.6 KiB, and about "
+             "16.9 KiB as they are loaded and split, more than this machine's 16.0 KiB "
              "of memory", "save at most 18 images in it")  # fmt: skip
     assert read == []  # refused before the images were read
 
@@ -141,7 +141,7 @@ def test_an_npz_over_max_memory_gb_is_refused_unless_in_memory_is_asked_for(
     path = oblong(tmp_path)  # 5,760 bytes of images
     root = ("--set", f"data.root={path}")
     r = cli("data", "describe", "npz", *root, "--set", "data.max_memory_gb=0.000005")
-    one_line(r, 2, f"{path}: its 20 images take 5.4e-06 GiB in memory, more than "
+    one_line(r, 2, f"{path}: its 20 images take 5.6 KiB in memory, more than "
              "data.max_memory_gb 5e-06: an .npz is held in memory whole, not streamed",
              "set data.max_memory_gb = 5.4e-06 or more, or data.in_memory = true")  # fmt: skip
     cfg = DataConfig(name="npz", root=str(path), max_memory_gb=5e-06)
@@ -293,11 +293,50 @@ def test_a_float_npz_is_told_to_be_uint8_before_its_memory(
     2e-05; raised, then told to save uint8, at which they took 5.4e-06 GiB, under it."""
     path = tmp_path / "f.npz"
     np.savez(path, images=np.zeros((20, 3, 8, 12)), labels=np.arange(20) % 2)
-    said = (f"{path}: 'images' is float64 of shape (20, 3, 8, 12), 4.3e-05 GiB: dlperf wants "
-            "uint8 N,C,H,W, pixels 0..255 (5.4e-06 GiB)")  # fmt: skip
+    said = (f"{path}: 'images' is float64 of shape (20, 3, 8, 12), 45.0 KiB: dlperf wants "
+            "uint8 N,C,H,W, pixels 0..255 (5.6 KiB)")  # fmt: skip
     fix = "save the images as uint8 (pixels 0..255)"
     for limit, memory in ((2e-05, 2**40), (None, 16 * 2**10)):
         monkeypatch.setattr(sources, "machine_memory", lambda m=memory: m)
         with pytest.raises(UserError) as e:
             sources.read_npz(path, max_memory_gb=limit)
         assert (e.value.message, e.value.hint) == (said, fix)
+
+
+# --- review 4 of round 32 (F2): one size formatter for the memory refusals ---------------------
+
+
+def test_an_npz_refused_for_max_memory_gb_says_its_size_as_resize_does(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Review F2: of one setting, the .npz's refusal said "5.4e-06 GiB" and the resize's
+    "240.0 KiB": both say the size in the unit that shows it. The limit to give stays in GiB,
+    data.max_memory_gb's own unit."""
+    path = oblong(tmp_path)  # 5,760 bytes of images
+    limit = ("--set", f"data.root={path}", "--set", "data.max_memory_gb=0")
+    r = cli("data", "describe", "npz", *limit)
+    one_line(r, 2, f"{path}: its 20 images take 5.6 KiB in memory, more than "
+             "data.max_memory_gb 0: an .npz is held in memory whole, not streamed",
+             "set data.max_memory_gb = 5.4e-06 or more, or data.in_memory = true")  # fmt: skip
+    resized = ("--set", "data.in_memory=true", "--set", "data.image_size=64")
+    r = cli("data", "describe", "npz", *limit, *resized)
+    one_line(r, 2, "data.image_size 64: npz at 64x64 takes 240.0 KiB, more than "
+             "data.max_memory_gb 0", "set a smaller data.image_size or a larger "
+             "data.max_memory_gb")  # fmt: skip
+
+
+def test_memory_refusals_on_a_small_machine_say_sizes_that_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review F2: the synthetic set's and an image folder's refusals formatted GiB by hand:
+    "0.0 GiB" of a small need on a small machine. One formatter, `binary_size`, says every
+    size (the .npz's, in scientific notation, "4.3e-05 GiB", too: tests above)."""
+    synthetic = DataConfig(name="synthetic", shape=[3, 8, 8], size=104)  # 130 images, 26,000 B
+    monkeypatch.setattr(experiment, "machine_memory", lambda: 16 * 2**10)
+    with pytest.raises(ValueError, match=r"take 25\.4 KiB, more than this machine's 16\.0 KiB "):
+        experiment._synthetic_fits(synthetic)
+    monkeypatch.setattr(sources, "machine_memory", lambda: 16 * 2**10)
+    with pytest.raises(sources.TooLargeToDecode) as e:
+        sources._decodable(4, 64, in_memory=False)
+    assert e.value.said == "one image decoded at 64x64 takes 44.0 KiB, more than this " \
+        "machine's 16.0 KiB of memory"  # fmt: skip

@@ -45,7 +45,7 @@ from dlperf.config.base import (
     Size,
     Std,
 )
-from dlperf.formatting import few, gib
+from dlperf.formatting import binary_size, few
 from dlperf.parsing import absolute_model_name, has_control, is_file_spec, model_file_text
 from dlperf.paths import file_digest
 from dlperf.system import machine_memory
@@ -396,8 +396,8 @@ class AugmentConfig(Section):
         if needed > memory:
             return (
                 f"augment.batch_aug_m {m}: {m} copies of a batch of {images} images of "
-                f"{channels}x{h}x{w} take {gib(needed)} GiB as float32, more than this "
-                f"machine's {gib(memory)} GiB of memory",
+                f"{channels}x{h}x{w} take {binary_size(needed)} as float32, more than this "
+                f"machine's {binary_size(memory)} of memory",
                 f"give a smaller augment.batch_aug_m or {fewer}",
             )
         return None
@@ -586,9 +586,8 @@ def _synthetic_fits(data: DataConfig) -> None:
         raise ValueError(
             f"data.shape {data.shape}: the synthetic set's {images} images (data.size "
             f"{data.size}, {held} validation, {held} test) and their labels take "
-            f"{needed / 2**30:,.1f} GiB, "
-            f"more than this machine's {memory / 2**30:,.1f} GiB of memory (give a smaller "
-            "data.shape or data.size)"
+            f"{binary_size(needed)}, more than this machine's {binary_size(memory)} of memory "
+            "(give a smaller data.shape or data.size)"
         )
 
 

@@ -42,7 +42,7 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
-from dlperf.formatting import binary_size, gib
+from dlperf.formatting import binary_size
 from dlperf.parsing import file_name_text, name_text, one_line
 from dlperf.paths import link_loop, link_to_nothing, not_regular, unnamed_cwd
 from dlperf.progress import NullReporter, Reporter
@@ -2094,10 +2094,7 @@ def _decodable(images: int, side: int, in_memory: bool) -> None:
     if in_memory:
         what = f"the {images} images decoded into memory at {side}x{side} take"
         fix += ", or data.in_memory = false" if DECODE_BYTES * side * side <= memory else ""
-    said = (
-        f"{what} {needed / 2**30:,.1f} GiB, more than this machine's "
-        f"{memory / 2**30:,.1f} GiB of memory"
-    )
+    said = f"{what} {binary_size(needed)}, more than this machine's {binary_size(memory)} of memory"
     raise TooLargeToDecode(side, said, fix)
 
 
@@ -2287,22 +2284,22 @@ def _npz_fits(
     )
     if over and dtype != np.uint8:  # saved as uint8 they may fit: that fix first
         raise UserError(
-            f"{path}: 'images' is {dtype} of shape {shape}, {gib(images)} GiB: dlperf wants "
-            f"uint8 N,C,H,W, pixels 0..255 ({gib(math.prod(shape))} GiB)",
+            f"{path}: 'images' is {dtype} of shape {shape}, {binary_size(images)}: dlperf wants "
+            f"uint8 N,C,H,W, pixels 0..255 ({binary_size(math.prod(shape))})",
             "save the images as uint8 (pixels 0..255)",
         )
     if NPZ_PEAK * images > memory:
         fits = memory // (NPZ_PEAK * each) if each else 0
         said = f"{dtype} {' x '.join(map(str, shape))}"
         raise UserError(
-            f"{path}: its {count:,} images ({said}) take {gib(images)} GiB, and about "
-            f"{gib(NPZ_PEAK * images)} GiB as they are loaded and split, more than this "
-            f"machine's {gib(memory)} GiB of memory",
+            f"{path}: its {count:,} images ({said}) take {binary_size(images)}, and about "
+            f"{binary_size(NPZ_PEAK * images)} as they are loaded and split, more than this "
+            f"machine's {binary_size(memory)} of memory",
             f"save at most {fits:,} images in it" if fits else "save smaller images in it",
         )
     if max_memory_gb is not None and images > max_memory_gb * 2**30:
         raise UserError(
-            f"{path}: its {count:,} images take {gib(images)} GiB in memory, more than "
+            f"{path}: its {count:,} images take {binary_size(images)} in memory, more than "
             f"data.max_memory_gb {max_memory_gb:g}: an .npz is held in memory whole, not "
             "streamed",
             f"set data.max_memory_gb = {_up(images / 2**30):g} or more, or data.in_memory = true",
