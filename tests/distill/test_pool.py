@@ -124,7 +124,7 @@ def test_an_npz_pool_hides_labels_only_of_the_teachers_classes(tmp_path: Path) -
 def test_a_set_streamed_from_files_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     streamed = Split(torch.tensor([0]), None, ["a.png"])
     files = ImageData("folder", streamed, streamed, streamed, 2, (1, 4, 4))
-    monkeypatch.setattr(pool, "_read", lambda cfg: files)
+    monkeypatch.setattr(pool, "_read", lambda cfg, reporter: files)
     with pytest.raises(UserError) as caught:
         pool.load("folder", DataConfig(), labelled_data())
     assert str(caught.value) == (

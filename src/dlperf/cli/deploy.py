@@ -97,8 +97,8 @@ def export_cmd(
     if refused is not None:
         raise UserError(refused, "leave it out")
     shape = tuple(opts.input) if opts.input is not None else None
-    src = resolve(source, reader, shape, opts.num_classes, model.kwargs)
     with console.reporter() as rep:
+        src = resolve(source, reader, shape, opts.num_classes, model.kwargs, rep)
         result = export(
             src, out, opts.opset, opts.dynamic_batch, opts.single_file, opts.rtol, opts.atol,
             reporter=rep,

@@ -135,7 +135,7 @@ def pytorch_contender(
             return None
     elif spec.isdigit():
         store = open_store()
-        source = from_run(store, int(spec))
+        source = from_run(store, int(spec), reporter)
         _say_changed(store.get_run(int(spec)), reporter)
     else:
         source = _rebuilt(model_path, meta, graph, spec, classes, reporter)
@@ -246,7 +246,7 @@ def _metas_run(
             f"run {run_id} of this store is model '{trained}', not the "
             f"'{meta.model}' {one_line(str(model_path))} was exported from"
         )
-    source = from_run(store, run_id)
+    source = from_run(store, run_id, reporter)
     # Compared by the input alone where the graph's output or the run's data (synthetic
     # data has no class names) does not tell the number of classes.
     n = len(source.meta.labels) if classes is not None and source.meta.labels else None

@@ -76,7 +76,7 @@ def from_registry(
     Otherwise it is the caller's own (bench's: the exported graph's width), not checked."""
     from dlperf.analytic.counting import refuse_unused_classes, unused_classes
     from dlperf.models import create_model
-    from dlperf.models.registry import check_automatic, refuse_unregistered, without_automatic
+    from dlperf.models.registry import check_automatic, refusing_unregistered, without_automatic
 
     kwargs = model_kwargs or {}
     shape = input_shape or IMAGENET_SHAPE
@@ -105,12 +105,12 @@ def from_registry(
     model = create_model(
         name, in_channels=shape[0], factory_seed=0, **sized, **without_automatic(kwargs)
     )
-    refuse_unregistered(model, f"model '{name}'")  # as a run refuses it: they are not its state
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
     _record_build(meta, name, kwargs)
     what = f"model '{name}'"  # in every refusal of the dry forward, not "the model"
-    output = dry_forward(model, shape, f"{what} rejects input of shape {shape}", what=what)
+    with refusing_unregistered(model, what) as kept_out:  # as a run refuses them
+        output = dry_forward(model, shape, f"{what} rejects input of shape {shape}", what=what)
     # The exporter and the parity check take one tensor of scores, as `dlperf infer` reads it.
     if not isinstance(output, torch.Tensor):
         raise UserError(
@@ -122,7 +122,7 @@ def from_registry(
     if from_user and num_classes is not None:
         width = output.shape[-1] if output.dim() >= 2 else None
         unused = unused_classes(width, output.dim(), num_classes, option)
-    return Source(model, meta, warnings=[] if unused is None else [unused])
+    return Source(model, meta, warnings=[*kept_out, *([] if unused is None else [unused])])
 
 
 # Export trains nothing: a notebook's torch.no_grad() or torch.inference_mode() around it must
@@ -130,9 +130,10 @@ def from_registry(
 # inference tensors the exporter cannot trace. Both modes are thread-local.
 @torch.inference_mode(False)
 @torch.enable_grad()
-def from_run(store: RunStore, run_id: int) -> Source:
+def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> Source:
     """A stored run's model with its trained weights, its data's preprocessing and labels,
-    and up to 64 of its test images."""
+    and up to 64 of its test images; `reporter` hears its data's load (a big image folder's
+    takes minutes)."""
     from dlperf.config import stored_experiment
     from dlperf.data.augment import normalize
     from dlperf.data.sources import decode_file
@@ -157,7 +158,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     saved = checkpoint.load(path, owner)
     weights = saved["model"]
     exp = stored_experiment(record.config, f"run {run_id}")
-    data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
+    data, _ = load_run_data(exp, pretrained.resolve(exp.model, store), reporter)
     with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
         model = build_model(exp, data, torch.device("cpu"), fresh=False)
     same = model_file_kept(record)  # a factory's own change, not the file's: told so
@@ -213,16 +214,17 @@ def resolve(
     input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
+    reporter: Reporter | None = None,
 ) -> Source:
     """RUN_ID (all digits) or a registry name built with `model_kwargs`; the store is opened
-    only for a run."""
+    only for a run, whose data's load `reporter` hears."""
     if spec.isdigit():
         if input_shape is not None or num_classes is not None:
             raise UserError(
                 "export.input and export.num_classes apply to registry models",
                 "a run's input and classes come from its data",
             )
-        return from_run(open_store(), int(spec))
+        return from_run(open_store(), int(spec), reporter)
     return from_registry(spec, input_shape, num_classes, model_kwargs, from_user=True)
 
 

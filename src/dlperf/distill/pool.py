@@ -23,6 +23,7 @@ from dlperf.data.sources import NoImageSize, TooLargeToDecode, read_npz, resize
 from dlperf.errors import UserError
 from dlperf.formatting import few
 from dlperf.parsing import name_text
+from dlperf.progress import Reporter
 
 EXAMPLE = "mnist5k:image_size=8 or digits:holdout=0.5"
 _PAIRS = re.compile(r",(?=\s*[A-Za-z_]\w*\s*=)")  # a comma that starts a KEY=
@@ -88,14 +89,15 @@ def _pairs(text: str, where: str) -> dict[str, Any]:
     return pairs
 
 
-def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
+def load(spec: str, cfg: DataConfig, labelled: ImageData, reporter: Reporter | None = None) -> Pool:
     """The pool of `spec` (parsed into `cfg`), checked against the images the teacher takes:
-    `labelled`, the experiment's data as its runs see them."""
+    `labelled`, the experiment's data as its runs see them; `reporter` hears its reading (an
+    image folder of 10^5 files takes minutes)."""
     if cfg.holdout and labelled.unlabeled is not None:
         data, held = labelled, labelled.unlabeled
     else:
         try:
-            data = _read(cfg)
+            data = _read(cfg, reporter)
         except NoImageSize:  # its line names data.image_size, which the experiment may set
             raise UserError(
                 f"--unlabeled {spec}: {cfg.name} needs the pool's image size",
@@ -200,9 +202,9 @@ def _image_hash(image: torch.Tensor) -> bytes:
     return digest.digest()
 
 
-def _read(cfg: DataConfig) -> ImageData:
+def _read(cfg: DataConfig, reporter: Reporter | None) -> ImageData:
     if cfg.name != "npz":
-        return load_data(cfg)
+        return load_data(cfg, reporter)
     # An npz pool may have no labels (truly unlabelled): -1 marks them unknown.
     images, labels, classes = read_npz(cfg.root, pool=True)
     known = labels if labels is not None else torch.full((len(images),), -1, dtype=torch.int64)

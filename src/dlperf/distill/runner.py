@@ -98,8 +98,9 @@ class Plan:
         return _derive(self.base, model=self.student, run={"name": name})
 
 
-def plan(job: DistillJob, store: RunStore) -> Plan:
-    """Check everything about `job`'s distill study that can be checked before it runs."""
+def plan(job: DistillJob, store: RunStore, reporter: Reporter | None = None) -> Plan:
+    """Check everything about `job`'s distill study that can be checked before it runs;
+    `reporter` hears the labelled set's and the pool's reading."""
     exp, opts = job.experiment, job.distill
     if opts.unlabeled is None:
         raise UserError("give the unlabelled images with --unlabeled", f"e.g. {pool.EXAMPLE}")
@@ -109,7 +110,7 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     base = _derive(exp, data=labelled_cfg.model_dump(mode="json"), run={"checkpoint": True})
     # the students have no weights to imply them; the warnings carry the reader's notes,
     # said only at a set's first load (this one)
-    base, labelled, warnings = as_run(base, store)
+    base, labelled, warnings = as_run(base, store, reporter)
     # Every stage trains on images of this shape (the pool's are resized to it), in batches
     # of train.batch_size, augmented as [augment] says: refused here as `dlperf run` does.
     check_augment(base.augment, labelled.shape, base.train.batch_size, labelled.name)
@@ -126,7 +127,7 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     kwargs = exp.model.kwargs if student == exp.model.name else {}
     model = {"name": student, "kwargs": kwargs, "weights": None, "transfer": "scratch"}
     build_model(_derive(base, model=model), labelled, torch.device("cpu"))  # the student fits
-    unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled)
+    unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled, reporter)
     # Before the teacher trains: a K whose pretrain stage cannot run was refused only then.
     pretrain.check_plan(opts, len(unlabeled.images), labelled.num_classes, base.target.accuracy)
     warnings += unlabeled.notes
@@ -323,10 +324,10 @@ class _Study:
             train={"epochs": epochs},
             run={"name": stage_name(p.name, "pretrain", k)},
         )
-        pseudo = load_data(pre.data)
+        pseudo = load_data(pre.data, self.reporter)
         if (seed := pretrain.split_seed(pseudo, pre.data)) != pre.data.split_seed:
             pre = _derive(pre, data={"split_seed": seed})
-            pseudo = load_data(pre.data)
+            pseudo = load_data(pre.data, self.reporter)
         pretrain.check_kept(k, pseudo, s.kept, p.opts, pre.target.accuracy)
         # A small K leaves fewer pseudo-labelled images than a batch: pretrain on all at once.
         images = len(pseudo.train)
@@ -408,7 +409,7 @@ def run_distill(
     """Run (or continue) the distill study of `exp` and its [distill] section; everything is
     checked before anything is stored."""
     reporter = reporter or NullReporter()
-    p = plan(job, store)
+    p = plan(job, store, reporter)
     exp = job.experiment
     study_id = choose_study(store, p.name, "distill", resume, new)
     out_dir = store.artifact_dir(exp.run.out_dir)

@@ -102,7 +102,7 @@ class Study:
         self.backend = resolve_backend(self.opts.backend) if torch_ddp else self.opts.framework
         self.price = hourly_price(self.opts)
         self.cores = usable_cores()
-        self.exp, self.data, self.warnings = as_run(exp, store)
+        self.exp, self.data, self.warnings = as_run(exp, store, reporter)
         if not self.tensorflow:
             # The model each torch worker builds, built once here: one that cannot train as a
             # classifier is one line before any point is recorded, not every worker's traceback.

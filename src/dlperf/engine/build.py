@@ -50,7 +50,7 @@ from dlperf.models import create_model, transfer
 from dlperf.models.registry import (
     check_automatic,
     noting,
-    refuse_unregistered,
+    refusing_unregistered,
     too_deep,
     without_automatic,
 )
@@ -120,12 +120,15 @@ def check_profile_fits(exp: Experiment, data: ImageData, epochs_done: int = 0) -
     check_fits(exp.run, (exp.train.epochs - epochs_done) * per_epoch)
 
 
-def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, UserError] | None:
+def first_refused(
+    exps: Sequence[Experiment], runs: StoredRuns, reporter: Reporter | None = None
+) -> tuple[int, UserError] | None:
     """The first of `exps` that `prepare_run` would refuse before recording its run (its index
     and the error), None when none would: a sweep checks its points so before the first one
     runs. Weights are resolved, not fetched or loaded; models are built on the CPU.
     Experiments of the same data share one load of it, held only while they are checked, and
-    one build of each model on it."""
+    one build of each model on it; `reporter` hears each load (a big image folder's takes
+    minutes)."""
     groups: dict[str, list[int]] = {}
     for index, exp in enumerate(exps):
         # The weights set the resolution and statistics; torchvision's, by the model's name.
@@ -140,7 +143,7 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
             exp = exps[index]
             try:
                 if data is None:
-                    data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs))
+                    data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs), reporter)
                 check_batch_fits(exp.train.batch_size, data)
                 check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
                 check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
@@ -172,13 +175,16 @@ def load_run_data(
     return data, [*data.notes, *pretrained.apply_statistics(data, exp.data, start)]
 
 
-def as_run(exp: Experiment, runs: StoredRuns) -> tuple[Experiment, ImageData, list[str]]:
+def as_run(
+    exp: Experiment, runs: StoredRuns, reporter: Reporter | None = None
+) -> tuple[Experiment, ImageData, list[str]]:
     """`exp` with the resolution and statistics its model.weights imply written into its data
     section where the config leaves them unset (so that runs derived from it see the same
     images without the weights: scale workers, which have no store to resolve run:ID with,
-    and a distill study's students); its data, loaded once, and warnings."""
+    and a distill study's students); its data, loaded once (`reporter` told, as `run` is), and
+    warnings."""
     start = pretrained.resolve(exp.model, runs)
-    data, warnings = load_run_data(exp, start)
+    data, warnings = load_run_data(exp, start, reporter)
     if start is None:
         return exp, data, warnings
     update: dict[str, object] = {}
@@ -391,17 +397,22 @@ def _check_model(
             "initialise them",
         )
     check_not_quantized(model, name)
-    # Before model.to(device), which does not move them (the forward then fails on a GPU)
-    refuse_unregistered(model, f"model {name}")
-    try:
-        output = dry_forward(model.to(device), data.shape, rejects, device, what=f"model {name}")
-    except (TooDeep, ReadFailed, MissingDevice):  # not its parameters' dtype, the images' size
-        raise
-    except UserError as e:
-        refused = not_float32(model, name, e.message, exp.run.precision) or misfit(
-            model, data.shape, data.name, device, exp.data.image_size, data.num_classes
-        )
-        raise refused or e from None
+    # Refused where the forward calls layers kept in a plain list (.to(device) does not move
+    # them: on a GPU the forward fails, told as this), warned of where it does not
+    with refusing_unregistered(model, f"model {name}") as kept_out:
+        try:
+            output = dry_forward(
+                model.to(device), data.shape, rejects, device, what=f"model {name}"
+            )
+        except (TooDeep, ReadFailed, MissingDevice):  # not its dtype, the images' size
+            raise
+        except UserError as e:
+            refused = not_float32(model, name, e.message, exp.run.precision) or misfit(
+                model, data.shape, data.name, device, exp.data.image_size, data.num_classes
+            )
+            raise refused or e from None
+    for note in kept_out if reporter is not None else []:
+        reporter.log(f"warning: {note}")
     scores = check_classifier(model, output, data.num_classes, name)
     check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)

@@ -93,13 +93,15 @@ def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
     return max(1, cores // min(jobs, max(1, pending)))
 
 
-def check_points(sweep: Sweep, points: list[Point], store: RunStore) -> None:
+def check_points(
+    sweep: Sweep, points: list[Point], store: RunStore, reporter: Reporter | None = None
+) -> None:
     """Refuse the sweep, before anything is stored, when `dlperf run` would refuse one of
     `points` before recording it (a batch larger than the data, an unknown model, a model that
     rejects the images): a mistake caught up front is the user's to fix, not a failed run."""
     from dlperf.engine.build import first_refused  # torch: only once a sweep runs
 
-    refused = first_refused([p.exp for p in points], store)
+    refused = first_refused([p.exp for p in points], store, reporter)
     if refused is None:
         return
     index, error = refused
@@ -522,7 +524,7 @@ def run_sweep(
     done = finished_runs(store, study_id, free)
     todo = [p for p, key in zip(sweep.points, keys, strict=True) if key not in done]
     threads = threads_per_job(sweep, jobs, len(todo))
-    check_points(sweep, todo, store)
+    check_points(sweep, todo, store, reporter)
     out_dir = store.artifact_dir(sweep.points[0].exp.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an unusable out_dir fails before the study
     if study_id is None and not new:
