@@ -38,8 +38,10 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch import nn
 
 from dlperf import formatting
+from dlperf.analytic.measure import make_step
 from dlperf.config import AugmentConfig, DataConfig, experiment
 from dlperf.data import load_data, make_loader, sources
 from dlperf.detect import voc
@@ -340,3 +342,18 @@ def test_memory_refusals_on_a_small_machine_say_sizes_that_show(
         sources._decodable(4, 64, in_memory=False)
     assert e.value.said == "one image decoded at 64x64 takes 44.0 KiB, more than this " \
         "machine's 16.0 KiB of memory"  # fmt: skip
+
+
+def test_an_input_batch_that_cannot_be_allocated_says_its_size_that_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review F2: `make_step`'s refusal divided by 2**30 by hand: a batch of 1x3x64x64 that
+    a nearly full device could not hold said "(0.0 GiB)"."""
+
+    def no_memory(*args: object, **kwargs: object) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch, "randn", no_memory)
+    with pytest.raises(UserError) as e:
+        make_step(nn.ReLU(), [3, 64, 64], 1, False, "fp32", CPU)
+    assert e.value.message == "an input batch of 1x3x64x64 (48.0 KiB) does not fit in cpu memory"

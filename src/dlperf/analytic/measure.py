@@ -27,6 +27,7 @@ from dlperf.analytic.counting import (
 )
 from dlperf.analytic.devices import Device
 from dlperf.errors import UserError
+from dlperf.formatting import binary_size
 from dlperf.precision import DTYPES
 from dlperf.system import profiler_quiet, synchronize
 from dlperf.timing import Clock, timed
@@ -191,9 +192,9 @@ def make_step(
         x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
     except RuntimeError:  # the allocator's failure (torch.OutOfMemoryError is one)
         shape = "x".join(str(n) for n in (batch, *input_shape))
-        gib = batch * math.prod(input_shape) * dtype.itemsize / 2**30
+        size = binary_size(batch * math.prod(input_shape) * dtype.itemsize)
         raise UserError(
-            f"an input batch of {shape} ({gib:.1f} GiB) does not fit in {device} memory",
+            f"an input batch of {shape} ({size}) does not fit in {device} memory",
             "lower analyze.input or analyze.batch",
         ) from None
     with nesting_told(model):
