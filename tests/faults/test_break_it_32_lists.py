@@ -120,3 +120,68 @@ def test_export_by_name_refuses_layers_in_a_plain_list(cli: Cli, plist: Path) ->
         f"(blocks): {LEFT_OUT} (hold them in nn.ModuleList)"
     ), result.err
     assert list(plist.glob("*m.onnx*")) == []
+
+
+# Round 32, reviewer 3 F6: an averaged copy kept out of the state dict and optimizer on
+# purpose, never called by the forward
+EMA = """
+import copy, torch.nn as nn
+class M(nn.Module):
+    def __init__(s, n=10):
+        super().__init__()
+        s.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, n))
+        s._ema = [copy.deepcopy(s.net).requires_grad_(False)]
+    def forward(s, x): return s.net(x)
+def build(num_classes=10): return M(num_classes)
+"""
+
+
+class _Ema(nn.Module):
+    def __init__(self, call: bool = False, fail: bool = False) -> None:
+        super().__init__()
+        self.net = nn.Linear(4, 2)
+        self._ema = [nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))]
+        self.call, self.fail = call, fail
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.call:  # a part of the list's layer alone is a call of it too
+            x = self._ema[0][0](x)
+        if self.fail:  # as on a GPU, where .to(device) left the list's layers on the CPU
+            raise RuntimeError("Expected all tensors to be on the same device")
+        return self.net(x)
+
+
+def test_layers_kept_out_that_the_forward_never_calls_are_warned_of_not_refused() -> None:
+    from dlperf.errors import UserError
+    from dlperf.models.registry import refusing_unregistered
+
+    model = _Ema()
+    with refusing_unregistered(model, "model 'ema'") as kept_out:
+        model(torch.ones(1, 4))
+    assert kept_out == [
+        "model 'ema' keeps layers in a plain Python list (_ema): PyTorch does not register "
+        "them: their 30 parameters are not trained, moved or saved: its forward does not call "
+        "them, so they are taken as kept out on purpose (if they are part of the model, hold "
+        "them in nn.ModuleList)"
+    ]
+    assert [h for m in model._ema[0].modules() for h in m._forward_pre_hooks.values()] == []
+    for called in (_Ema(call=True), _Ema(call=True, fail=True)):
+        refused = pytest.raises(UserError, match=r"keeps layers in a plain Python list \(_ema\)")
+        with refused, refusing_unregistered(called, "model 'ema'"):
+            called(torch.ones(1, 4))
+    failing = _Ema(fail=True)  # not called: its own error
+    with pytest.raises(RuntimeError, match="same device"), refusing_unregistered(failing, "m"):
+        failing(torch.ones(1, 4))
+
+
+def test_run_trains_a_model_whose_ema_copy_is_in_a_plain_list(cli: Cli, tmp_path: Path) -> None:
+    # before: refused (exit 2), the fix offered putting the copy into the optimizer
+    (tmp_path / "ema.py").write_text(EMA)
+    (tmp_path / "r.toml").write_text(
+        f'[model]\nname = "{tmp_path / "ema.py"}:build"\n[data]\nname = "digits"\n'
+        "num_workers = 0\n[train]\nepochs = 1\n[run]\nthreads = 1\n"
+    )
+    result = cli("run", str(tmp_path / "r.toml"))
+    assert result.code == 0, result.err
+    assert "keeps layers in a plain Python list (_ema)" in " ".join(result.err.split())
+    assert "its forward does not call them" in " ".join(result.err.split())

@@ -411,8 +411,9 @@ def _check_model(
                 model, data.shape, data.name, device, exp.data.image_size, data.num_classes
             )
             raise refused or e from None
-    for note in kept_out if reporter is not None else []:
-        reporter.log(f"warning: {note}")
+    for note in kept_out:
+        if reporter is not None:
+            reporter.log(f"warning: {note}")
     scores = check_classifier(model, output, data.num_classes, name)
     check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)

@@ -1339,6 +1339,8 @@ class Unregistered:
     params: int  # elements of its parameters that model.parameters() lacks
     buffers: int  # and of its buffers that model.buffers() lacks
     fix: str  # the container that registers them: nn.ModuleList, nn.ParameterDict ...
+    # the layers it holds, which `refusing_unregistered` watches for a call
+    layers: tuple[nn.Module, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def line(self) -> str:
         """What it leaves out, for a line of its own: "keeps layers in a plain Python list
@@ -1409,6 +1411,7 @@ def unregistered(model: nn.Module) -> list[Unregistered]:
                     params=sum(sizes[id(t)] for t in left if isinstance(t, nn.Parameter)),
                     buffers=sum(sizes[id(t)] for t in left if not isinstance(t, nn.Parameter)),
                     fix=f"nn.{container}{'Dict' if isinstance(value, dict) else 'List'}",
+                    layers=tuple(layers),
                 )
             )
     return found
@@ -1425,10 +1428,47 @@ def _more(found: list[Unregistered]) -> str:
     return f", and {len(found) - 1} more such attribute(s)" if len(found) > 1 else ""
 
 
-def refuse_unregistered(model: nn.Module, what: str) -> None:
-    """Refuse `model` (`what` names it) for training where it keeps layers or parameters in a
-    plain list, tuple or dict (`unregistered`): it trained without them, with no word."""
+@contextlib.contextmanager
+def refusing_unregistered(model: nn.Module, what: str) -> Iterator[list[str]]:
+    """Around a dry forward of `model` (`what` names it): refuse it for training and export
+    where the forward calls a layer it keeps in a plain list, tuple or dict (`unregistered`:
+    it trained without them, with no word), or where the forward fails after calling one (on
+    a GPU, as .to(device) did not move it). One the forward never
+    calls is kept so on purpose (an EMA copy, a frozen feature extractor held out of the
+    optimizer and checkpoint): the yielded list gets a warning line instead. Parameters held
+    bare in such a container cannot be watched, and are refused."""
     found = unregistered(model)
+    called: set[int] = set()  # indices into found
+
+    def watch(index: int) -> Callable[..., None]:
+        return lambda *_: called.add(index)
+
+    handles = [
+        inner.register_forward_pre_hook(watch(index))
+        for index, entry in enumerate(found)
+        for layer in entry.layers
+        for inner in layer.modules()  # the forward may call a part of it alone
+    ]
+    notes: list[str] = []
+    try:
+        yield notes
+    except Exception:
+        _refuse([f for i, f in enumerate(found) if i in called or not f.layers], what)
+        raise
+    finally:
+        for handle in handles:
+            handle.remove()
+    _refuse([f for i, f in enumerate(found) if i in called or not f.layers], what)
+    if found:
+        first = found[0]
+        notes.append(
+            f"{what} {first.line()}{_more(found)}: its forward does not call them, so they "
+            f"are taken as kept out on purpose (if they are part of the model, hold them in "
+            f"{first.fix})"
+        )
+
+
+def _refuse(found: list[Unregistered], what: str) -> None:
     if found:
         first = found[0]
         raise UserError(f"{what} {first.line()}{_more(found)}", f"hold them in {first.fix}")
