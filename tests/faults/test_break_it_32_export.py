@@ -201,6 +201,7 @@ def test_run_names_the_model_whose_forward_asks_for_a_missing_device_in_training
     ), result.err
 
 
+@pytest.mark.faults  # a whole export: 9 s
 def test_export_takes_torchs_thread_count_no_higher_than_the_usable_cores(
     cli: Cli, models: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

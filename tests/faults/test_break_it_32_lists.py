@@ -57,6 +57,7 @@ def test_run_refuses_layers_in_a_plain_list(cli: Cli, plist: Path) -> None:
     ), result.err
 
 
+@pytest.mark.faults  # analyze and predict through the CLI: 9-12 s
 def test_analyze_counts_layers_in_a_plain_list_with_a_warning(cli: Cli, plist: Path) -> None:
     # before: total params 330, MACs of the list's Linear in row (model), no warning
     result = cli("analyze", "plist.py:build", "--input", "1,8,8", "--json")
