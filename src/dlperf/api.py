@@ -355,12 +355,15 @@ def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
                 memo[id(value)] = value.detach().to("meta")
     with torch.no_grad():
         _share_attributes(model, memo)
+        # the memo before the copy: a failed deepcopy leaves half-built copies in it (stored
+        # before their state is set), and `_uncopyable`'s search, finding them, named none
+        shared = dict(memo)
         try:
             copied = copy.deepcopy(model, memo)
         except RecursionError:
             raise  # a model nested too deep, told by analyze (nesting_told)
         except Exception as e:
-            raise _uncopyable(model, memo, e) from None
+            raise _uncopyable(model, shared, e) from None
     # A TorchScript module copies itself in C++, past the memo: its weights come back as plain
     # tensors on the model's device, without requires_grad, which .to("meta") refuses
     # ("param must be a Parameter"). They are given the meta copies as the rest were.

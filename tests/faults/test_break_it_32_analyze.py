@@ -106,6 +106,18 @@ def test_c4_an_attribute_refusing_copies_is_shared_and_a_module_refusing_one_is_
     assert copy.deepcopy(nn.Linear(2, 2)) is not None  # deepcopy itself left as it was
 
 
+class _SetStateFails(nn.Linear):
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        raise RuntimeError("no setstate")
+
+
+def test_c4_a_module_whose_setstate_fails_is_named() -> None:
+    """Review F2. Before: the failed deepcopy left half-built copies in the memo, so the
+    search found none failing and the line named no module."""
+    with pytest.raises(UserError, match=r"1 \(_SetStateFails\).*no setstate"):
+        dlperf.analyze(nn.Sequential(nn.Linear(8, 8), _SetStateFails(8, 2)), (8,))
+
+
 def test_c4_a_model_nested_too_deep_for_the_copy_is_told() -> None:
     """Before: deepcopy's RecursionError, raw (the copy is made before the count's own check)."""
     model: nn.Module = nn.Linear(4, 4)
