@@ -383,22 +383,33 @@ def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
 def _held(module: torch.nn.Module, seen: set[int]) -> Iterator[Any]:
     """The objects `module`'s attributes hold (its hook dicts' too), and those inside the
     lists, tuples, sets and dicts among them; not its parameters, buffers or submodules,
-    each object once (`seen`)."""
+    each object once (`seen`). Numbers and text inside containers are left to deepcopy:
+    yielded one by one, a 10M-item list took analyze from 13 s to 100 s."""
     from torch import nn
 
     state = vars(module)
     skipped = {id(state[name]) for name in ("_parameters", "_buffers", "_modules") if name in state}
-    stack = [value for value in state.values() if id(value) not in skipped]
+    stack = [
+        value for value in state.values() if id(value) not in skipped and type(value) not in _ATOMIC
+    ]
     while stack:
         value = stack.pop()
         if id(value) in seen or isinstance(value, nn.Module):
             continue
         seen.add(id(value))
         yield value
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            stack.extend(value)
+        items = value.values() if isinstance(value, dict) else value
+        if isinstance(value, (dict, list, tuple, set, frozenset)) and not _atomic(items):
+            stack.extend(item for item in items if type(item) not in _ATOMIC)
+
+
+# What deepcopy returns as it is, never holding a model's layer: not walked into.
+_ATOMIC = frozenset({type(None), bool, int, float, complex, str, bytes, range})
+
+
+def _atomic(items: Iterable[Any]) -> bool:
+    """Whether `items` are all atomic; the types gathered in C, not item by item in Python."""
+    return set(map(type, items)) <= _ATOMIC
 
 
 # What deepcopy takes as it is (or copies by walking it, a container): nothing to try first.
