@@ -380,27 +380,30 @@ def _meta_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
     return copied, _drop_callers_hooks(copied)
 
 
-def _held(module: torch.nn.Module, seen: set[int]) -> Iterator[Any]:
+def _held(module: torch.nn.Module, seen: set[int]) -> Iterator[tuple[str, Any]]:
     """The objects `module`'s attributes hold (its hook dicts' too), and those inside the
-    lists, tuples, sets and dicts among them; not its parameters, buffers or submodules,
-    each object once (`seen`). Numbers and text inside containers are left to deepcopy:
-    yielded one by one, a 10M-item list took analyze from 13 s to 100 s."""
+    lists, tuples, sets and dicts among them, each with the attribute's name; not its
+    parameters, buffers or submodules, each object once (`seen`). Numbers and text inside
+    containers are left to deepcopy: yielded one by one, a 10M-item list took analyze from
+    13 s to 100 s."""
     from torch import nn
 
     state = vars(module)
     skipped = {id(state[name]) for name in ("_parameters", "_buffers", "_modules") if name in state}
     stack = [
-        value for value in state.values() if id(value) not in skipped and type(value) not in _ATOMIC
+        (name, value)
+        for name, value in state.items()
+        if id(value) not in skipped and type(value) not in _ATOMIC
     ]
     while stack:
-        value = stack.pop()
+        name, value = stack.pop()
         if id(value) in seen or isinstance(value, nn.Module):
             continue
         seen.add(id(value))
-        yield value
+        yield name, value
         items = value.values() if isinstance(value, dict) else value
         if isinstance(value, (dict, list, tuple, set, frozenset)) and not _atomic(items):
-            stack.extend(item for item in items if type(item) not in _ATOMIC)
+            stack.extend((name, item) for item in items if type(item) not in _ATOMIC)
 
 
 # What deepcopy returns as it is, never holding a model's layer: not walked into.
@@ -410,6 +413,31 @@ _ATOMIC = frozenset({type(None), bool, int, float, complex, str, bytes, range})
 def _atomic(items: Iterable[Any]) -> bool:
     """Whether `items` are all atomic; the types gathered in C, not item by item in Python."""
     return set(map(type, items)) <= _ATOMIC
+
+
+def _reaches_tensors(value: Any) -> bool:
+    """Whether a module, parameter or tensor can be reached from `value` through containers
+    and objects' attributes: shared as it is, the copy would run or write the caller's."""
+    import torch
+    from torch import nn
+
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen or isinstance(value, (*_ATOMIC, type, types.ModuleType)):
+            continue  # a class's or a Python module's namespace is not the model's
+        seen.add(id(value))
+        if isinstance(value, (nn.Module, torch.Tensor)):
+            return True
+        if isinstance(value, dict):
+            stack.extend(v for v in (*value.keys(), *value.values()) if type(v) not in _ATOMIC)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend(v for v in value if type(v) not in _ATOMIC)
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            stack.append(attributes)
+    return False
 
 
 # What deepcopy takes as it is (or copies by walking it, a container): nothing to try first.
@@ -430,13 +458,14 @@ def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
     the copies kept in the memo for the model's deepcopy to use, so that only what fails is
     shared: a dict holding a lock and a cache keeps a copy of its own, the lock shared.
     Submodules first, so that an object reaching one (a helper holding a layer) finds what
-    the layer shares already shared."""
+    the layer shares already shared. An object refused that reaches a module or tensor is
+    a UserError naming it: shared, the copy's forward ran the caller's layer (params 0)."""
     import numpy as np
     import torch
 
     seen: set[int] = set()
-    for module in reversed(list(model.modules())):
-        for value in _held(module, seen):
+    for path, module in reversed(list(model.named_modules())):
+        for name, value in _held(module, seen):
             if id(value) in memo or isinstance(value, _AS_IS):
                 continue
             if type(value) is torch.Tensor and value.layout == torch.strided:
@@ -453,7 +482,17 @@ def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
             trial: ChainMap[int, Any] = ChainMap({}, memo)
             try:
                 copy.deepcopy(value, trial)  # type: ignore[arg-type]  # read and set as a dict
-            except Exception:
+            except Exception as e:
+                if _reaches_tensors(value):
+                    where = f"{path}.{name}" if path else name
+                    said = " ".join(f"{type(e).__name__}: {e}".split())
+                    raise UserError(
+                        f"dlperf.analyze counts a copy of the model, and its attribute {where} "
+                        f"({type(value).__name__}) cannot be copied ({said}) nor shared: it holds "
+                        "a layer or tensor of the model, which the copy would run as the caller's",
+                        "make copy.deepcopy of it work, or count the model from its file: "
+                        "dlperf analyze file.py:factory",
+                    ) from None
                 memo[id(value)] = value
                 continue
             made = trial.maps[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -106,6 +107,40 @@ def test_c4_an_attribute_refusing_copies_is_shared_and_a_module_refusing_one_is_
     assert copy.deepcopy(nn.Linear(2, 2)) is not None  # deepcopy itself left as it was
 
 
+class _Helper:
+    """A helper calling a layer of the model, and holding a lock deepcopy refuses."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        self.layer = layer
+        self.lock = threading.Lock()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+class _Helped(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(8, 2)
+        self.h = _Helper(self.l)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.h(x)
+
+
+def test_c4_a_refused_object_reaching_the_models_layers_is_not_shared() -> None:
+    """Review F1. Before: the helper was shared as it was, so the copy's forward ran the
+    caller's own Linear: params 0, params_not_run 18, no word. Now it is a one-line error."""
+    model = _Helped()
+    with pytest.raises(UserError) as raised:
+        dlperf.analyze(model, (8,))
+    said = str(raised.value)
+    assert "\n" not in said and "h (_Helper)" in said and "holds a layer" in said
+    model.h.layer = math  # type: ignore[assignment]  # a lock and a Python module: shared
+    copied, _ = _meta_copy(model)
+    assert copied.h is model.h
+
+
 class _SetStateFails(nn.Linear):
     def __setstate__(self, state: dict[str, Any]) -> None:
         raise RuntimeError("no setstate")
@@ -125,7 +160,7 @@ def test_c4_a_container_of_numbers_is_not_walked_item_by_item() -> None:
     model.table = list(range(1000))  # type: ignore[assignment]
     model.vocab = {f"w{i}": i for i in range(1000)}  # type: ignore[assignment]
     model.mixed = [1, "a", threading.Lock()]  # type: ignore[assignment]
-    held = list(_held(model, set()))
+    held = [value for _, value in _held(model, set())]
     assert not any(type(v) in (int, str, bool) for v in held)  # none yielded, item or attribute
     assert len(held) < 30  # the three containers, the lock and the module's own dicts
     assert any(type(v) is type(threading.Lock()) for v in held)
