@@ -227,3 +227,30 @@ def test_c5_functional_layers_left_out_of_the_activations_are_said(
     counted = dlperf.analyze(mixed, (3, 8, 8), activations="conv-pool-fc").to_dict()
     assert counted["totals"]["activations"] == 144 + 36
     assert counted["conventions"]["activations_not_counted"] == "F.linear x1 in 3"
+
+
+class _MatmulHead(nn.Module):
+    """A conv and pool as nn modules, the fc written as a matrix product with a weight."""
+
+    def __init__(self, product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3, bias=False)
+        self.p = nn.MaxPool2d(2)
+        self.w = nn.Parameter(torch.randn(36, 10))
+        self.product = product
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.p(torch.relu(self.c(x))).flatten(1)
+        return torch.relu(self.product(h, self.w)) @ torch.ones(10, 2, device=x.device)
+
+
+@pytest.mark.parametrize(
+    ("product", "named"), [(torch.matmul, "x @ w x1"), (torch.mm, "torch.mm x1")]
+)
+def test_c5_an_fc_written_as_a_matrix_product_is_said(
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], named: str
+) -> None:
+    """Review F5. Before: conv-pool-fc counted 180 activations, the fc's 10 outputs left out
+    with no note. A product with no weight of the model (the last one) is no fc layer."""
+    result = dlperf.analyze(_MatmulHead(product), (3, 8, 8), activations="conv-pool-fc")
+    assert result.to_dict()["conventions"]["activations_not_counted"] == f"{named} in (model)"

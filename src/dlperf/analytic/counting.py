@@ -750,17 +750,29 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         own = module.named_parameters(recurse=False)
         return [(n, p) for n, p in own if id(p) in self.by_id or isinstance(p, nn.Parameter)]
 
-    def functional_layer(self, name: str, func: Any) -> None:
+    def functional_layer(self, name: str, func: Any, args: Any) -> None:
         """Note in row `name` a call of a functional layer (F.conv2d) that the row is not (an
-        nn.Conv2d's own call is its output): an activation no row counts as its own."""
+        nn.Conv2d's own call is its output): an activation no row counts as its own. A
+        matrix product with a weight of the model (`x @ self.w`, torch.mm) is an fc layer;
+        one of two activations (attention's q @ k) is none."""
         called = getattr(func, "__name__", "")
-        if not FUNCTIONAL_LAYERS.fullmatch(called):
+        if called in MATRIX_PRODUCTS:
+            if not any(self.is_weight(t) for t in _tensors(args)):
+                return
+            shown = MATRIX_PRODUCTS[called]
+        elif FUNCTIONAL_LAYERS.fullmatch(called):
+            shown = f"F.{called.removesuffix('_with_indices')}"
+        else:
             return  # no row made here: rows stand in the order their work starts
         row = self.row(name)
         if row.role == "other":
-            row.functional[f"F.{called.removesuffix('_with_indices')}"] += 1
+            row.functional[shown] += 1
             hooked = bool(self.tracker.parents - {"Global"})  # else each op's output counts
             row.by_output = hooked and _is_layer(self.modules[name])
+
+    def is_weight(self, t: torch.Tensor) -> bool:
+        """Whether `t` is a parameter of the model, or a view of one (`self.w.t()`)."""
+        return any(x is not None and id(x) in self.by_id for x in (t, t._base))
 
     def claim_used(self, row: Layer, args: Any) -> None:
         """Count parameters of modules that were not called, used by `row`'s operator."""
@@ -1043,7 +1055,7 @@ class _FunctionCalls(TorchFunctionMode):
             raise AutocastOnMeta(counting.command)
         name = counting.current()
         if name is not None:
-            counting.functional_layer(name, func)
+            counting.functional_layer(name, func, (args, kwargs))
         before, counting.fvcore_call = counting.fvcore_call, fvcore_kind(func)
         try:
             out = func(*args, **kwargs)
@@ -1192,6 +1204,17 @@ FUNCTIONAL_LAYERS = re.compile(
 )
 """The torch-level functions the layers of ROLES call (their names as a torch function mode
 sees them: F.max_pool2d with return_indices as max_pool2d_with_indices)."""
+
+MATRIX_PRODUCTS = {
+    "matmul": "x @ w",
+    "__matmul__": "x @ w",
+    "__rmatmul__": "x @ w",
+    "mm": "torch.mm",
+    "addmm": "torch.addmm",
+    "bmm": "torch.bmm",
+}
+"""The matrix products an fc layer may be written as, by the name a note gives them: an fc
+layer where one operand is a weight of the model (`Counting.functional_layer`)."""
 
 
 def _role(module: nn.Module) -> str:
