@@ -9,6 +9,7 @@ and the container to use; analyze and predict count it and say so in one warning
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -186,3 +187,44 @@ def test_run_trains_a_model_whose_ema_copy_is_in_a_plain_list(cli: Cli, tmp_path
     assert result.code == 0, result.err
     assert "keeps layers in a plain Python list (_ema)" in " ".join(result.err.split())
     assert "its forward does not call them" in " ".join(result.err.split())
+
+
+class _Deeper(nn.Module):
+    """Round 32, reviewer 3 F7: the same mistake two dict levels down, in a plain object and
+    set past nn.Module's registration, each missed (one level down was the limit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = {"a": {"b": [nn.Linear(3, 2)]}}  # 8 parameters
+        self.cfg = types.SimpleNamespace(proj=nn.Linear(2, 2), size=3)  # 6
+        object.__setattr__(self, "proj", nn.Linear(1, 1))  # 2
+        object.__setattr__(self, "owner", self)  # a back-link so, as docs/run.md advises
+        self.vocab = {"x": [1, 2, (3, "y")]}
+
+
+def test_layers_held_deeper_or_past_registration_are_found() -> None:
+    found = {f.where: (f.kind, f.params, f.fix) for f in unregistered(_Deeper())}
+    assert found == {
+        "blocks": ("dict", 8, "nn.ModuleDict"),
+        "cfg": ("object", 6, "nn.ModuleDict"),
+        "proj": ("attribute", 2, "an attribute set by self.proj = ..., not object.__setattr__"),
+    }
+
+
+class _Mixed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.stages = [self.a, nn.Linear(2, 2)]  # the second never called
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x)
+
+
+def test_a_registered_layer_called_from_such_a_list_is_no_call_of_the_left_out_one() -> None:
+    from dlperf.models.registry import refusing_unregistered
+
+    model = _Mixed()
+    with refusing_unregistered(model, "m") as kept_out:
+        model(torch.ones(1, 2))
+    assert len(kept_out) == 1

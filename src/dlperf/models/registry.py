@@ -29,7 +29,7 @@ import time
 import traceback
 import types
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -1366,8 +1366,9 @@ _MODULE_OWN = frozenset(vars(nn.Module()))
 
 def unregistered(model: nn.Module) -> list[Unregistered]:
     """The attributes of `model`'s modules that hold layers (nn.Module) or nn.Parameters in a
-    plain list, tuple or dict, or one level down in one (`[[nn.Linear(...)], ...]`), whose
-    parameters or buffers are not the model's own otherwise. `self.blocks = [nn.Linear(..)]`
+    plain list, tuple, set, dict or object (a namespace, a dataclass), at any depth, or as a
+    module set past registration (`object.__setattr__`), whose parameters or buffers are not
+    the model's own otherwise. `self.blocks = [nn.Linear(..)]`
     runs, but its weights are not in model.parameters(): never trained, moved or saved, and
     counted as 0 params. A list of modules registered elsewhere too (`[self.a, self.b]`), of
     numbers, strings or tensors, and torch's own modules are not flagged. Walked without
@@ -1390,9 +1391,18 @@ def unregistered(model: nn.Module) -> list[Unregistered]:
         if type(module).__module__.startswith("torch."):
             continue  # torch's own (LSTM's _flat_weights, ...) are its to keep
         for name, value in vars(module).items():
-            if name in _MODULE_OWN or not isinstance(value, list | tuple | dict):
+            if name in _MODULE_OWN:
                 continue
-            held = [x for item in _items(value) for x in (_items(item) or [item])]
+            if isinstance(value, nn.Module | nn.Parameter):  # set past registration
+                kind, held = "attribute", [value]
+            elif isinstance(value, list | tuple | set | dict) or _plain(value):
+                kind = next(
+                    (k.__name__ for k in (dict, tuple, set, list) if isinstance(value, k)),
+                    "object",
+                )
+                held = _held(value)
+            else:
+                continue
             layers = [x for x in held if isinstance(x, nn.Module)]
             params = [x for x in held if isinstance(x, nn.Parameter)]
             tensors = [t for m in layers for t in (*m.parameters(), *m.buffers())] + params
@@ -1402,26 +1412,74 @@ def unregistered(model: nn.Module) -> list[Unregistered]:
             if not left:
                 continue
             counted.update(id(t) for t in left)
-            kind = next(k.__name__ for k in (dict, tuple, list) if isinstance(value, k))
             container = "Parameter" if not layers else "Module"
+            named = kind in ("dict", "object")
+            fix = f"nn.{container}{'Dict' if named else 'List'}"
+            if kind == "attribute":
+                fix = f"an attribute set by self.{name} = ..., not object.__setattr__"
+            ids = {id(t) for t in left}  # a layer registered elsewhere too is not watched
+            watched = [m for m in layers if any(id(t) in ids for t in m.parameters())]
+            watched += [m for m in layers if any(id(t) in ids for t in m.buffers())]
             found.append(
                 Unregistered(
                     where=f"{path}.{name}" if path else name,
                     kind=kind,
                     params=sum(sizes[id(t)] for t in left if isinstance(t, nn.Parameter)),
                     buffers=sum(sizes[id(t)] for t in left if not isinstance(t, nn.Parameter)),
-                    fix=f"nn.{container}{'Dict' if isinstance(value, dict) else 'List'}",
-                    layers=tuple(layers),
+                    fix=fix,
+                    layers=tuple(watched),
                 )
             )
     return found
 
 
-def _items(value: object) -> list[object]:
-    """The values of a list, tuple or dict; [] for anything else."""
-    if isinstance(value, dict):
-        return list(value.values())
-    return list(value) if isinstance(value, list | tuple) else []
+# Values that hold nothing: not walked into, nor remembered (a 10^7-number list is common)
+_ATOMIC = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
+def _plain(value: object) -> bool:
+    """Whether `value` is a plain object whose attributes may hold layers (a namespace, a
+    dataclass, a config object): not a class, function, Python module or tensor."""
+    skipped = type | types.ModuleType | types.FunctionType | types.MethodType | torch.Tensor
+    return type(value).__dictoffset__ != 0 and not isinstance(value, skipped)
+
+
+def _held(value: object) -> list[nn.Module | nn.Parameter]:
+    """The layers and nn.Parameters reachable from `value` through lists, tuples, sets, dicts
+    and plain objects' attributes, at any depth; a layer is not walked into. Iterative, each
+    container once (a back-link is no loop)."""
+    found: list[nn.Module | nn.Parameter] = []
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, nn.Module | nn.Parameter):
+            found.append(item)
+        elif type(item) in _ATOMIC or id(item) in seen:
+            continue
+        elif isinstance(item, dict):
+            seen.add(id(item))
+            stack.extend(_inner(item.values()))
+        elif isinstance(item, list | tuple | set | frozenset):
+            seen.add(id(item))
+            stack.extend(_inner(item))
+        elif _plain(item):
+            seen.add(id(item))
+            stack.extend(_inner(vars(item).values()))
+    return found
+
+
+def _inner(values: Collection[object]) -> Iterable[object]:
+    """Those of `values` that may hold something: none of a vocabulary's 10^7 numbers or
+    strings, skipped at C speed when all are such (a Python loop over them took 30 s)."""
+    if _ATOMIC.issuperset(map(type, values)):
+        return ()
+    return [v for v in values if type(v) not in _ATOMIC and not _atomic_tuple(v)]
+
+
+def _atomic_tuple(value: object) -> bool:
+    """Whether `value` is a tuple of numbers or strings (`[(token, id), ...]` holds 10^6)."""
+    return type(value) is tuple and _ATOMIC.issuperset(map(type, value))
 
 
 def _more(found: list[Unregistered]) -> str:
