@@ -401,9 +401,38 @@ def _held(module: torch.nn.Module, seen: set[int]) -> Iterator[tuple[str, Any]]:
             continue
         seen.add(id(value))
         yield name, value
-        items = value.values() if isinstance(value, dict) else value
-        if isinstance(value, (dict, list, tuple, set, frozenset)) and not _atomic(items):
+        items = vars(value).values() if _plain(value) else value
+        items = value.values() if isinstance(value, dict) else items
+        walked = isinstance(value, (dict, list, tuple, set, frozenset)) or _plain(value)
+        if walked and not _atomic(items):
             stack.extend((name, item) for item in items if type(item) not in _ATOMIC)
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def _plain(value: Any) -> bool:
+    """Whether deepcopy copies `value` as a plain object, its `vars()` one value at a time
+    through the memo (a SimpleNamespace, a dataclass, a helper): walked as a container, so
+    that a table inside is shared and only a lock inside, not the object, is shared."""
+    import copyreg
+
+    cls: Any = type(value)  # its methods compared as the class's, not bound
+    if cls is types.SimpleNamespace:
+        return True
+    return (
+        isinstance(getattr(value, "__dict__", None), dict)
+        # Python classes alone: one over a C type (an open file) copies by its own rules
+        and all(c.__flags__ & _HEAP_TYPE for c in cls.__mro__[:-1])
+        and cls not in copy._deepcopy_dispatch  # type: ignore[attr-defined]  # functions, types
+        and cls not in copyreg.dispatch_table
+        and not isinstance(value, (type, types.ModuleType))
+        and getattr(cls, "__deepcopy__", None) is None
+        and cls.__reduce_ex__ is object.__reduce_ex__
+        and cls.__reduce__ is object.__reduce__
+        and cls.__getstate__ is object.__getstate__
+        and getattr(cls, "__setstate__", None) is None
+    )
 
 
 # What deepcopy returns as it is, never holding a model's layer: not walked into.
@@ -466,8 +495,8 @@ def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
     seen: set[int] = set()
     for path, module in reversed(list(model.named_modules())):
         for name, value in _held(module, seen):
-            if id(value) in memo or isinstance(value, _AS_IS):
-                continue
+            if id(value) in memo or isinstance(value, _AS_IS) or _plain(value):
+                continue  # walked by _held, and copied by deepcopy with what it holds
             if type(value) is torch.Tensor and value.layout == torch.strided:
                 if value.grad_fn is not None:  # no graph leaf, as `_meta_copy` makes them
                     memo[id(value)] = value.detach().to("meta")

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import threading
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 import dlperf
-from dlperf.api import _held, _meta_copy
+from dlperf.api import _held, _meta_copy, _share_attributes
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 
@@ -70,6 +71,10 @@ class _Table(nn.Module):
 
 @pytest.mark.parametrize("table", [torch.ones(4), np.ones(4, dtype=np.float32)])
 def test_c4_a_table_kept_as_a_plain_attribute_is_not_copied(table: Any) -> None:
+    """Review F3: in a SimpleNamespace or a plain object too (it was cloned byte by byte)."""
+    memo: dict[int, Any] = {}
+    _share_attributes(_Table(types.SimpleNamespace(table=table)), memo)
+    assert id(table) in memo  # shared (a copy-on-write clone), not copied
     """Before: a 400 MB table raised analyze's peak memory by 545 MB. A tensor comes back as
     a copy-on-write clone (its data the caller's until written), an array as the caller's."""
     model = _Table(table)
@@ -118,11 +123,16 @@ class _Helper:
         return self.layer(x)
 
 
+class _PickledHelper(_Helper):
+    def __getstate__(self) -> dict[str, Any]:  # copied by its own rules: refused whole
+        return dict(vars(self))
+
+
 class _Helped(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, helper: type[_Helper]) -> None:
         super().__init__()
         self.l = nn.Linear(8, 2)
-        self.h = _Helper(self.l)
+        self.h = helper(self.l)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.h(x)
@@ -130,12 +140,17 @@ class _Helped(nn.Module):
 
 def test_c4_a_refused_object_reaching_the_models_layers_is_not_shared() -> None:
     """Review F1. Before: the helper was shared as it was, so the copy's forward ran the
-    caller's own Linear: params 0, params_not_run 18, no word. Now it is a one-line error."""
-    model = _Helped()
+    caller's own Linear: params 0, params_not_run 18, no word. A plain helper is copied with
+    its lock alone shared (review F3); one copied by its own rules is a one-line error."""
+    plain = _Helped(_Helper)
+    assert dlperf.analyze(plain, (8,)).totals["params"] == 18
+    copied, _ = _meta_copy(plain)
+    assert copied.h is not plain.h and copied.h.lock is plain.h.lock and copied.h.layer is copied.l
+    model = _Helped(_PickledHelper)
     with pytest.raises(UserError) as raised:
         dlperf.analyze(model, (8,))
     said = str(raised.value)
-    assert "\n" not in said and "h (_Helper)" in said and "holds a layer" in said
+    assert "\n" not in said and "h (_PickledHelper)" in said and "holds a layer" in said
     model.h.layer = math  # type: ignore[assignment]  # a lock and a Python module: shared
     copied, _ = _meta_copy(model)
     assert copied.h is model.h
