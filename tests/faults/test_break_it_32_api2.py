@@ -13,7 +13,6 @@ layers in a plain list, functional layers' activations), which `dlperf analyze` 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,7 @@ from torch import nn
 
 import dlperf
 from dlperf.parsing import as_given
-
-
-def refused(call: Callable[[], Any]) -> str:
-    """The UserError `call` raises, checked to be one short line."""
-    with pytest.raises(dlperf.UserError) as raised:
-        call()
-    text = str(raised.value)
-    assert "\n" not in text and len(text) < 200, text
-    return text
+from tests.faults.test_break_it_32_api import refused
 
 
 @pytest.mark.parametrize(
