@@ -494,6 +494,8 @@ def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
 
     seen: set[int] = set()
     for path, module in reversed(list(model.named_modules())):
+        if isinstance(module, torch.jit.ScriptModule):
+            continue  # its state is its C++ module (_c): shared, the caller's went to meta
         for name, value in _held(module, seen):
             if id(value) in memo or isinstance(value, _AS_IS) or _plain(value):
                 continue  # walked by _held, and copied by deepcopy with what it holds

@@ -134,7 +134,9 @@ def test_first_refused_loads_each_data_set_once_and_names_the_first_refused_poin
 ) -> None:
     loads: list[str] = []
 
-    def load_run_data(exp: Experiment, start: object) -> tuple[FakeData, list[str]]:
+    def load_run_data(
+        exp: Experiment, start: object, reporter: object = None
+    ) -> tuple[FakeData, list[str]]:
         loads.append(exp.data.name)
         return FakeData(n=40), []
 

@@ -94,7 +94,7 @@ def test_an_unlabelled_pool_is_left_out() -> None:
     classes) stays a pool of 5 images."""
     from dlperf.distill import pool
 
-    assert len(pool._read(DataConfig(name="digits", limit=5)).train) == 5
+    assert len(pool._read(DataConfig(name="digits", limit=5), None).train) == 5
 
 
 def test_a_class_the_set_has_no_training_image_of_is_named(tmp_path: Path) -> None:
