@@ -2279,16 +2279,15 @@ def _npz_fits(
     count = shape[0] if shape else 1
     each = images // count if count else images
     memory = machine_memory()
-    over = NPZ_PEAK * images > memory or (
-        max_memory_gb is not None and images > max_memory_gb * 2**30
-    )
-    if over and dtype != np.uint8:  # saved as uint8 they may fit: that fix first
+    unloadable = NPZ_PEAK * images > memory
+    over_limit = max_memory_gb is not None and images > max_memory_gb * 2**30
+    if (unloadable or over_limit) and dtype != np.uint8:  # saved as uint8 they may fit: first
         raise UserError(
             f"{path}: 'images' is {dtype} of shape {shape}, {binary_size(images)}: dlperf wants "
             f"uint8 N,C,H,W, pixels 0..255 ({binary_size(math.prod(shape))})",
             "save the images as uint8 (pixels 0..255)",
         )
-    if NPZ_PEAK * images > memory:
+    if unloadable:
         fits = memory // (NPZ_PEAK * each) if each else 0
         said = f"{dtype} {' x '.join(map(str, shape))}"
         raise UserError(
@@ -2297,7 +2296,7 @@ def _npz_fits(
             f"machine's {binary_size(memory)} of memory",
             f"save at most {fits:,} images in it" if fits else "save smaller images in it",
         )
-    if max_memory_gb is not None and images > max_memory_gb * 2**30:
+    if over_limit:
         raise UserError(
             f"{path}: its {count:,} images take {binary_size(images)} in memory, more than "
             f"data.max_memory_gb {max_memory_gb:g}: an .npz is held in memory whole, not "
@@ -2560,10 +2559,9 @@ def _npz_limit(cfg: DataConfig) -> float | None:
     """The data.max_memory_gb an .npz is held to: one the user set, unless data.in_memory =
     true (held whatever it takes). The default (4), nobody's choice, only decides where an
     image folder lives; an .npz over it loads where the machine's memory holds it (`_npz_fits`).
-    Set is told by value too: a config read back whole (a stored run's, a sweep or scale
+    Set is told by value alone: a config read back whole (a stored run's, a sweep or scale
     worker's, a distill stage's) has every field in pydantic's `model_fields_set`."""
-    default = DataConfig.model_fields["max_memory_gb"].default
-    given = "max_memory_gb" in cfg.model_fields_set and cfg.max_memory_gb != default
+    given = cfg.max_memory_gb != DataConfig.model_fields["max_memory_gb"].default
     return cfg.max_memory_gb if given and not cfg.in_memory else None
 
 
