@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
