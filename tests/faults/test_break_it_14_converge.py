@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 from dlperf.converge import curve, ensemble
+from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
 from tests.faults.test_break_it_12_converge import _csv
 
