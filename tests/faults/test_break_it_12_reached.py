@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from dlperf.converge import ensemble
+from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
