@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.store import RunStore
+from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
