@@ -21,6 +21,7 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from dlperf.sweep import load_sweep
+from dlperf.system import usable_cores
 from tests.conftest import CliResult
 from tests.hooks import hook_env
 
@@ -316,51 +317,44 @@ def test_a_failed_point_is_recorded_and_the_sweep_goes_on_or_stops(
     assert failed.study_id == result["study_id"]
 
 
-def test_two_jobs_write_every_point_and_leave_no_process(
-    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
-) -> None:
-    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05, 0.02]\n')
-    result = cli("sweep", str(path), "--jobs", "2", "--json")
-    assert result.code == 0, result.err
-    points = json.loads(result.out)["points"]
-    runs = store.list_runs(study_id=json.loads(result.out)["study_id"])
-    assert len(runs) == 3 and {r.status for r in runs} == {"finished"}
-    for p in points:
-        config = store.get_run(p["run_id"]).config
-        assert config["train"]["lr"] == p["params"]["train.lr"]
-        assert config["run"]["threads"] == 1  # 2 cores split between 2 jobs
-    pids = worker_pids(result.err)
-    assert len(pids) == 3 and not any(alive(pid) for pid in pids)
-    assert processes_under(tmp_path) == {}
-    # Resumed in-process, the points run with 2 workers of 1 thread each are still found.
-    again = sweep_json(cli, str(path))
-    assert all(p["skipped"] for p in again["points"])
-
-
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
     jobs: str, cli: Callable[..., CliResult], tmp_path: Path, db: str, store: RunStore
 ) -> None:
-    # Point 1 trains 4 steps and never reaches step 6; point 2 trains 8 and parks there.
-    # Under --jobs 2 both start together: the signal finds point 1 finished or training.
-    path = write_sweep(tmp_path, '[grid]\n"train.epochs" = [1, 2]\n')
+    """Points 1 and 2 train 4 steps and never reach step 6; point 3 trains 8 and parks there.
+    Under --jobs 2 point 3 starts only once point 1 or 2 has ended and freed its worker's
+    place; the signal finds the other finished or training. The points that 2 workers of 1
+    thread each ran are found again by a rerun in this process (--jobs 1)."""
+    body = '[zip]\n"train.epochs" = [1, 1, 2]\n"train.lr" = [0.1, 0.05, 0.05]\n'
+    path = write_sweep(tmp_path, body)
     proc = start_sweep(tmp_path, db, str(path), "--jobs", jobs, pause_at=6)
     try:
-        wait_for(lambda: (tmp_path / "parked").exists(), "point 2 to park at step 6")
+        wait_for(lambda: (tmp_path / "parked").exists(), "point 3 to park at step 6")
         if jobs == "2":
-            wait_for(lambda: worker_pids((tmp_path / "stderr.txt").read_text()), "a worker")
+            wait_for(lambda: len(worker_pids((tmp_path / "stderr.txt").read_text())) == 3,
+                     "the third worker")  # fmt: skip
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
     finally:
         proc.kill()
-    stopped = {r.config["train"]["epochs"]: r for r in store.list_runs()}
+    params = [(1, 0.1), (1, 0.05), (2, 0.05)]
+    runs = {(r.config["train"]["epochs"], r.config["train"]["lr"]): r for r in store.list_runs()}
+    stopped = [runs[p] for p in params]
     assert stopped[2].status == "killed"
+    if jobs == "1":  # one after the other: the first two ended before point 3 began
+        assert [r.status for r in stopped[:2]] == ["finished", "finished"]
+    else:  # each worker's config: the 2 cores split between the 2 jobs
+        assert {r.config["run"]["threads"] for r in stopped} == {max(1, usable_cores() // 2)}
     pids = worker_pids((tmp_path / "stderr.txt").read_text())
+    assert len(pids) == (0 if jobs == "1" else 3)
     assert not any(alive(pid) for pid in pids) and processes_under(tmp_path) == {}
 
     result = sweep_json(cli, str(path))
-    rows = {p["params"]["train.epochs"]: p for p in result["points"]}
-    assert rows[1]["skipped"] == (stopped[1].status == "finished")
+    rows = result["points"]
+    assert [(p["params"]["train.epochs"], p["params"]["train.lr"]) for p in rows] == params
+    for row, run in zip(rows[:2], stopped[:2], strict=True):
+        assert row["skipped"] == (run.status == "finished")
+        assert row["status"] == "finished"
     assert not rows[2]["skipped"] and rows[2]["status"] == "finished"
     assert rows[2]["run_id"] != stopped[2].id
     assert store.get_run(stopped[2].id).status == "killed"
@@ -368,17 +362,18 @@ def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
 
 
 def test_workers_die_with_a_sigkilled_sweep(tmp_path: Path, db: str) -> None:
-    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05]\n')
+    # One point: its one worker started by the supervisor, as under --jobs 2 every worker is.
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1]\n')
     proc = start_sweep(tmp_path, db, str(path), "--jobs", "2", pause_at=2)
     try:
-        wait_for(lambda: (tmp_path / "parked").exists(), "a worker to park")
+        wait_for(lambda: (tmp_path / "parked").exists(), "the worker to park")
         pids = worker_pids((tmp_path / "stderr.txt").read_text())
         assert pids
         proc.kill()
         proc.wait(timeout=EVENT_S)
         wait_for(
             lambda: not processes_under(tmp_path) and not any(alive(pid) for pid in pids),
-            "the workers to die with dlperf",
+            "the worker to die with dlperf",
         )
     finally:
         proc.kill()
