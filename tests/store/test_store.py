@@ -6,14 +6,14 @@ import contextlib
 import gc
 import json
 import math
+import multiprocessing
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +117,10 @@ def test_a_training_run_lands_in_the_store(any_store: RunStore, tmp_path: Path) 
     from dlperf.config import load_experiment
     from dlperf.experiment.run import run_experiment
 
-    path = tmp_path / "exp.toml"
-    path.write_text(f'[train]\nepochs = 1\nbatch_size = 64\n[run]\nout_dir = "{tmp_path}"\n')
+    path = tmp_path / "exp.toml"  # one torch thread: more, on a busy machine, only cost CPU
+    path.write_text(
+        f'[train]\nepochs = 1\nbatch_size = 64\n[run]\nthreads = 1\nout_dir = "{tmp_path}"\n'
+    )
     result = run_experiment(load_experiment(path), any_store)
     record = any_store.get_run(result["run_id"])
     assert record.status == "finished" and record.summary["steps"] == 20
@@ -389,20 +391,26 @@ def test_an_interrupt_wrapped_by_the_code_it_landed_in_still_kills_the_run(
 
 # --- one writer per run -------------------------------------------------------------------------
 
-TAKER = """
-import sys
-from dlperf.errors import UserError
-from dlperf.store import RunStore
-store = RunStore.open(sys.argv[1])
-print("ready", flush=True)
-sys.stdin.readline()  # "go": every taker reads the run, then updates it, at once
-try:
-    store.take_over(int(sys.argv[2]))
-    print("took it", flush=True)
-except UserError as e:
-    print(f"refused: {e}", flush=True)
-sys.stdin.readline()  # the winner keeps its lease until the test has looked
-"""
+
+def _take_over(url: str, run_id: int, conn: Connection) -> None:
+    """A taker, in a forked child: it opens the store itself, reads the run and updates it
+    when told to, at once with the others, and keeps its lease until the test has looked."""
+    store = RunStore.open(url)
+    conn.send("ready")
+    conn.recv()  # "go": every taker reads the run, then updates it, at once
+    try:
+        store.take_over(run_id)
+        conn.send("took it")
+    except UserError as e:
+        conn.send(f"refused: {e}")
+    conn.recv()  # the winner keeps its lease until the test has looked
+
+
+def _said(conn: Connection) -> str:
+    assert conn.poll(60), "a taker said nothing in a minute"
+    line = conn.recv()
+    assert isinstance(line, str)
+    return line
 
 
 def test_of_processes_taking_over_a_stopped_run_at_once_one_wins(
@@ -410,30 +418,28 @@ def test_of_processes_taking_over_a_stopped_run_at_once_one_wins(
 ) -> None:
     """Four real processes take over one killed run at the same moment: the compare-and-set
     lets one through, and the others are refused in one line (the run is running in the
-    winner, or was taken just now)."""
+    winner, or was taken just now). The takers are forked (each opens the store anew, as a
+    sweep's workers do): a fresh interpreter apiece cost seconds of imports and proved no more."""
     run_id = any_store.create_run("r", "run", {}, None, {"host": "h"})
     any_store.finish_run(run_id, "killed", error="interrupted")
     url = any_store.engine.url.render_as_string(hide_password=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    fork = multiprocessing.get_context("fork")
+    pipes = [fork.Pipe() for _ in range(4)]
     takers = [
-        subprocess.Popen(
-            [sys.executable, "-c", TAKER, url, str(run_id)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for _ in range(4)
+        fork.Process(target=_take_over, args=(url, run_id, child), daemon=True)
+        for _, child in pipes
     ]
     try:
         for taker in takers:
-            assert taker.stdout.readline() == "ready\n"
-        for taker in takers:
-            taker.stdin.write("go\n")
-            taker.stdin.flush()
-        said = [taker.stdout.readline().strip() for taker in takers]
+            taker.start()
+        for conn, _ in pipes:
+            assert _said(conn) == "ready"
+        for conn, _ in pipes:
+            conn.send("go")
+        said = [_said(conn) for conn, _ in pipes]
         winners = [t.pid for t, line in zip(takers, said, strict=True) if line == "took it"]
         assert len(winners) == 1, said
+        assert winners[0] != os.getpid()
         refusals = [line for line in said if line != "took it"]
         assert all(
             re.fullmatch(
@@ -446,10 +452,16 @@ def test_of_processes_taking_over_a_stopped_run_at_once_one_wins(
         run = any_store.get_run(run_id)
         assert (run.status, run.process["pid"]) == ("running", winners[0])
     finally:
-        for taker in takers:
-            taker.stdin.close()
-            taker.wait(timeout=60)
-            taker.stdout.close()
+        for (conn, child), taker in zip(pipes, takers, strict=True):
+            with contextlib.suppress(OSError):
+                conn.send("done")
+            taker.join(timeout=60)
+            if taker.is_alive():  # must not outlive the test
+                taker.kill()
+                taker.join()
+            conn.close()
+            child.close()
+    assert [t.exitcode for t in takers] == [0, 0, 0, 0]
     assert any_store.get_run(run_id).status == "lost"  # the winner is gone: taken over again
     any_store.take_over(run_id)
     assert any_store.get_run(run_id).process["pid"] == os.getpid()
@@ -503,13 +515,16 @@ def test_a_store_that_cannot_be_written_refuses_writes_in_one_line(empty_url: st
         reopened.engine.dispose()
 
 
-def _leaked(action: Callable[[], object]) -> list[str]:
-    """The connections `action` left open, by the warning each gives when collected."""
+def _leaked(*actions: Callable[[], object]) -> list[str]:
+    """The connections `actions`, in turn, left open, by the warning each gives when
+    collected (a full collection costs a good part of a second with torch loaded: one
+    before, for what earlier tests left, and one after all of them)."""
     gc.collect()  # what earlier tests left is not this one's
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with contextlib.suppress(UserError):
-            action()
+        for action in actions:
+            with contextlib.suppress(UserError):
+                action()
         gc.collect()
     return [str(w.message) for w in caught if "still open" in str(w.message)]
 
@@ -518,7 +533,23 @@ def test_a_store_dropped_or_refused_leaves_no_connection_open(empty_url: str) ->
     """CI failed once on psycopg's "deleted while still open": stores dropped without
     `engine.dispose()`, and stores refused at open, left their pooled connections to the
     collector, which warned in whatever test it ran next."""
-    assert _leaked(lambda: RunStore.open(empty_url).list_runs()) == []
     newer = SCHEMA_VERSION + 1
-    _sql(empty_url, f"UPDATE meta SET value = '{newer}' WHERE key = 'schema_version'")
-    assert _leaked(lambda: RunStore.open(empty_url)) == []  # refused: newer than this dlperf
+    refused: list[str] = []  # the message only: the error's frames would keep the store
+
+    def open_newer() -> None:
+        try:
+            RunStore.open(empty_url)
+        except UserError as e:
+            refused.append(str(e))
+
+    assert (
+        _leaked(
+            lambda: RunStore.open(empty_url).list_runs(),  # dropped
+            lambda: _sql(
+                empty_url, f"UPDATE meta SET value = '{newer}' WHERE key = 'schema_version'"
+            ),
+            open_newer,  # refused: newer than this dlperf
+        )
+        == []
+    )
+    assert len(refused) == 1 and "newer than this dlperf's" in refused[0]
