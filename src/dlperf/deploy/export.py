@@ -35,6 +35,7 @@ from dlperf.config.base import check_utf8_name
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
+from dlperf.deploy.runtime import exported_batch, run_onnx
 from dlperf.engine.checks import check_float, dry_forward, out_of_memory
 from dlperf.errors import CheckFailed, UserError, interrupted, raised_by_model
 from dlperf.formatting import few
@@ -258,20 +259,6 @@ def _bfloat16_ops(proto: Any) -> list[str]:
         if node.op_type != "Cast" and names.intersection(node.input) and node.op_type not in ops:
             ops.append(node.op_type)
     return ops
-
-
-def exported_batch(session: Any) -> int | None:
-    """The batch size a graph was exported with; None where its batch is dynamic."""
-    size = session.get_inputs()[0].shape[0]
-    return size if isinstance(size, int) else None
-
-
-def run_onnx(session: Any, x: np.ndarray) -> np.ndarray:
-    """Logits for a batch; a model exported with a fixed batch size gets it in chunks."""
-    spec = session.get_inputs()[0]
-    step = exported_batch(session) or len(x)
-    outs = [session.run(None, {spec.name: x[i : i + step]})[0] for i in range(0, len(x), step)]
-    return np.concatenate(outs)
 
 
 def check_scores(output: object, name: str) -> torch.Tensor:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.deploy import runtime
-from dlperf.deploy.export import run_onnx
+from dlperf.deploy.runtime import run_onnx
 from dlperf.errors import UserError
 
 

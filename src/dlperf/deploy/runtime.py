@@ -318,3 +318,18 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     not scipy's: importing scipy.special loads ~150 modules for these two lines."""
     shifted = np.exp(logits - np.max(logits, axis=-1, keepdims=True))
     return np.asarray(shifted / np.sum(shifted, axis=-1, keepdims=True))
+
+
+def exported_batch(session: Any) -> int | None:
+    """The batch size a graph was exported with; None where its batch is dynamic."""
+    size = session.get_inputs()[0].shape[0]
+    return size if isinstance(size, int) else None
+
+
+def run_onnx(session: Any, x: np.ndarray) -> np.ndarray:
+    """Logits for a batch (here, not in export: `dlperf infer` runs a model file without
+    importing torch); a model exported with a fixed batch size gets it in chunks."""
+    spec = session.get_inputs()[0]
+    step = exported_batch(session) or len(x)
+    outs = [session.run(None, {spec.name: x[i : i + step]})[0] for i in range(0, len(x), step)]
+    return np.concatenate(outs)
