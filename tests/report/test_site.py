@@ -164,8 +164,45 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     out = root / "site"
     studies = [ids[k] for k in ("sweep", "scale", "allreduce", "staleness")]
-    done = build_report(store, out, [hostile, ids["predict"]], studies)
-    return {"root": root, "url": url, "store": store, "ids": ids, "out": out, "report": done}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        figures = _caught_figures(monkeypatch)
+        # one job, as a report of under POOL_FROM pages draws anyway: drawn in this process
+        done = build_report(store, out, [hostile, ids["predict"]], studies, jobs=1)
+    return {"root": root, "url": url, "store": store, "ids": ids, "out": out, "report": done,
+            "figures": figures}  # fmt: skip
+
+
+def _caught_figures(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[str, int], list]:
+    """The matplotlib Figures a report drawn in this process saves, by the page they are on:
+    ("run", id) or ("study", id)."""
+    from matplotlib.figure import Figure
+
+    from dlperf.report.site import pages
+
+    caught: dict[tuple[str, int], list[Figure]] = {}
+    page: list[tuple[str, int]] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
+        caught.setdefault(page[-1], []).append(fig)
+        save(fig, *args, **kwargs)
+
+    def drawing(kind: str, draw: Callable, item: Callable[..., int]) -> Callable:
+        def wrapped(*args: Any, **kwargs: Any) -> str:
+            page.append((kind, item(*args)))
+            try:
+                return draw(*args, **kwargs)
+            finally:
+                page.pop()
+
+        return wrapped
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    run_page = drawing("run", pages.run_page, lambda store, run, *_: run.id)
+    monkeypatch.setattr(pages, "run_page", run_page)
+    study_page = drawing("study", pages.study_page, lambda store, study, *_: study["id"])
+    monkeypatch.setattr(pages, "study_page", study_page)
+    return caught
 
 
 def _pages(out: Path) -> dict[str, str]:
@@ -249,19 +286,20 @@ def test_stored_strings_are_escaped(lab: dict[str, Any]) -> None:
 
 
 def test_cli_json_and_text(cli: Callable, lab: dict[str, Any], tmp_path: Path) -> None:
-    out = tmp_path / "r"
-    result = cli("--db", lab["url"], "report", str(lab["ids"]["hostile"]), "--out", str(out),
-                 "--json")  # fmt: skip
+    """The command's JSON and text forms, on the lab's cheapest pages to draw: the predict
+    run's (one figure) and the all-reduce study's (its runs' pages hold no curve)."""
+    out, ids = tmp_path / "r", lab["ids"]
+    result = cli("--db", lab["url"], "report", str(ids["predict"]), "--out", str(out), "--json")
     assert result.code == 0, result.err
     document = json.loads(result.out)
     assert set(document) == {"out", "pages", "runs", "studies"}
-    assert document["runs"] == [lab["ids"]["hostile"]] and document["studies"] == []
-    assert document["pages"] == ["index.html", f"run-{lab['ids']['hostile']}.html"]
-    result = cli("--db", lab["url"], "report", "--study", str(lab["ids"]["sweep"]), "--out",
+    assert document["runs"] == [ids["predict"]] and document["studies"] == []
+    assert document["pages"] == ["index.html", f"run-{ids['predict']}.html"]
+    result = cli("--db", lab["url"], "report", "--study", str(ids["allreduce"]), "--out",
                  str(out))  # fmt: skip
     assert result.code == 0, result.err
     assert result.out.startswith("2 run(s), 1 study(ies): 4 pages in ")
-    assert (out / f"study-{lab['ids']['sweep']}.html").exists()
+    assert (out / f"study-{ids['allreduce']}.html").exists()
 
 
 def test_default_is_the_newest_20_runs_and_their_studies(store: RunStore) -> None:
@@ -327,10 +365,16 @@ STAGE_ROW = re.compile(
 )
 
 
-def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> None:
+def test_distill_study_page(
+    cli: Callable, store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real distill study on a tiny budget (the teacher is also the baseline; students at
     K = 2 and 4): its page lists every stage's run, embeds the figure and names the best K,
-    taken from the newest finished run of each stage and K."""
+    taken from the newest finished run of each stage and K. The first report is the whole
+    command's; the two after it, read for the study's page alone, leave its runs' pages
+    (the report's cost, and read by no check here) undrawn."""
+    from dlperf.report.site import pages
+
     path = write_distill_exp(tmp_path)
     result = cli("distill", str(path), "--unlabeled", "digits:holdout=0.5", "--top-k", "2,4",
                  "--set", "distill.pretrain_epochs=1", "--json")  # fmt: skip
@@ -346,6 +390,8 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
         return (out / f"study-{study}.html").read_text(encoding="utf-8")
 
     page = render()
+    run_pages = len(list((tmp_path / "site").glob("run-*.html")))
+    monkeypatch.setattr(pages, "run_page", lambda *args, **kwargs: "")
     rows = [("teacher", "-", teacher["run_id"])]
     for s in done["students"]:
         k = str(s["top_k"])
@@ -380,6 +426,7 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
         store.set_tags(run, {**tags, "teacher": str(teacher["run_id"]),
                              "unlabeled": "digits:holdout=0.5"})  # fmt: skip
     page = render()
+    assert len(list((tmp_path / "site").glob("run-*.html"))) == run_pages + 2
     assert len(STAGE_ROW.findall(page)) == len(rows) + 2
     assert f"Best K = 4: 99.0%, {100 * (0.99 - t_acc):+.1f} points over the teacher" in page
     # Another recipe's newer fine-tuning (P = 2) takes the figure and the sentence over.
@@ -404,36 +451,18 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
 # --- what a person reads (issue 23) --------------------------------------------------------
 
 
-def _run_page_figures(
-    lab: dict[str, Any],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    studies: tuple[int, ...] = (),
-) -> list:
-    """The matplotlib Figures of the real run's page (and of `studies`' pages), caught as the
-    report saves them (one job: drawn in this process)."""
-    from matplotlib.figure import Figure
-
-    saved: list[Figure] = []
-    save = Figure.savefig
-
-    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
-        saved.append(fig)
-        save(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
-    build_report(lab["store"], tmp_path / "site", [lab["ids"]["hostile"]], studies, jobs=1)
-    return saved
+def _run_page_figures(lab: dict[str, Any]) -> list:
+    """The matplotlib Figures of the real run's page, caught as the lab's report saved them
+    (one job: drawn in this process)."""
+    return lab["figures"][("run", lab["ids"]["hostile"])]
 
 
-def test_run_page_figures_fill_the_column_and_no_label_is_cut(
-    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_run_page_figures_fill_the_column_and_no_label_is_cut(lab: dict[str, Any]) -> None:
     """Drawn as wide as the page's content column (shown 1:1, so their points read as body
     text does), no text under 9 pt, and every label, title and legend inside the figure."""
     from matplotlib.text import Text
 
-    saved = _run_page_figures(lab, tmp_path, monkeypatch)
+    saved = _run_page_figures(lab)
     assert len(saved) == 3  # against epoch, against wall time, phases
     for fig in saved:
         title = fig.axes[0].get_title()
@@ -445,19 +474,17 @@ def test_run_page_figures_fill_the_column_and_no_label_is_cut(
     for fig in saved:
         sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text()]
         assert min(sizes) >= MIN_FONT_PT, fig.axes[0].get_title()
-    page = (tmp_path / "site" / f"run-{lab['ids']['hostile']}.html").read_text(encoding="utf-8")
+    page = (lab["out"] / f"run-{lab['ids']['hostile']}.html").read_text(encoding="utf-8")
     for src in re.findall(r'src="data:image/png;base64,([^"]*)"', page):
         assert Image.open(io.BytesIO(base64.b64decode(src))).width == COLUMN_PX
 
 
-def test_a_footnote_stays_clear_of_the_axes(
-    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_footnote_stays_clear_of_the_axes(lab: dict[str, Any]) -> None:
     """The scale study's figures carry a footnote placed on the figure (single-host
-    emulation), which the report's refitting must not leave under the x axis' label."""
-    saved = _run_page_figures(lab, tmp_path, monkeypatch, (lab["ids"]["scale"],))
-    noted = [fig for fig in saved if fig.texts]
-    assert noted
+    emulation), which the report's refitting must not leave under the x axis' label. So
+    does any other figure of the lab's report that carries one."""
+    assert any(fig.texts for fig in lab["figures"][("study", lab["ids"]["scale"])])
+    noted = [fig for figs in lab["figures"].values() for fig in figs if fig.texts]
     for fig in noted:
         fig.draw_without_rendering()
         for note in fig.texts:
@@ -465,13 +492,11 @@ def test_a_footnote_stays_clear_of_the_axes(
             assert not any(box.overlaps(ax.get_tightbbox()) for ax in fig.axes), note.get_text()
 
 
-def test_phases_stack_and_legend_follow_the_step(
-    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_phases_stack_and_legend_follow_the_step(lab: dict[str, Any]) -> None:
     from dlperf.engine.timers import PHASES as TIMED
 
     assert PHASES == TIMED  # the report's copy of the order the step runs its phases in
-    saved = _run_page_figures(lab, tmp_path, monkeypatch)
+    saved = _run_page_figures(lab)
     (phases,) = [f for f in saved if "by phase" in f.axes[0].get_title()]
     ax = phases.axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == list(PHASES)
