@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CliResult, TrainedRun, write_distill_exp
 
 Cli = Callable[..., CliResult]
@@ -118,13 +120,17 @@ def _deleted(named: str) -> str:
 
 
 def test_report_out_relative_to_a_deleted_directory_says_so(
-    tmp_path: Path, trained_digits: TrainedRun
+    cli: Cli, tmp_path: Path, trained_digits: TrainedRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before: 'cannot use rep: No such file or directory'."""
+    """Before: 'cannot use rep: No such file or directory'. In this process, its working
+    directory removed under it (the cli fixture's chdir is undone after the test); the plot
+    below is the same check from a process started in a deleted directory."""
     trained_digits.copy_to(tmp_path)
-    done = _from_a_deleted_directory(
-        tmp_path, "--db", str(tmp_path / "dlperf.db"), "report", "--out", "rep"
-    )
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    done = cli("--db", str(tmp_path / "dlperf.db"), "report", "--out", "rep")
     assert (done.code, done.err) == (2, _deleted("rep"))
 
 
