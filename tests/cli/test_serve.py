@@ -171,19 +171,17 @@ def test_sigterm_finishes_queued_requests(model: Path, sig: signal.Signals) -> N
         assert proc.wait(timeout=60) == 128 + sig  # 143 or 129, as a shell reports them
 
 
-def test_ctrl_c_exits_130(model: Path) -> None:
-    with serve(model) as (_, proc):
+def test_serves_a_plain_onnx_file_and_ctrl_c_exits_130(tmp_path: Path) -> None:
+    """An ONNX file without dlperf's metadata starts (it was refused) on the tensor endpoint;
+    Ctrl-C then ends the server with 130, as a shell reports it (one server for both: each
+    costs a process start)."""
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 0, 0, 0]}]}
+    with serve(plain_model(tmp_path / "plain.onnx")) as (url, proc):
+        r = httpx.post(f"{url}/v2/models/plain/infer", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["outputs"][0]["data"] == [0.0, 0.125]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130  # 128 + SIGINT
-
-
-def test_serves_a_plain_onnx_file(tmp_path: Path) -> None:
-    """An ONNX file without dlperf's metadata starts (it was refused) on the tensor endpoint."""
-    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 0, 0, 0]}]}
-    with serve(plain_model(tmp_path / "plain.onnx")) as (url, _):
-        r = httpx.post(f"{url}/v2/models/plain/infer", json=body)
-    assert r.status_code == 200, r.text
-    assert r.json()["outputs"][0]["data"] == [0.0, 0.125]
 
 
 def test_accepted_connections_send_without_delay() -> None:
