@@ -133,11 +133,13 @@ def test_threads_per_worker_overrides_the_fair_share(
 def test_a_real_study_on_a_busy_core_is_marked(
     busy_core: int, cli: Callable, tmp_path: Path
 ) -> None:
-    """Real torchrun workers pinned, with the study, to the core a busy process holds: every
-    point measures its wait and is marked, and no speedup is printed bare. The study runs in
-    this process's thread, pinned to that core while it runs (the workers inherit it)."""
+    """Real torchrun workers pinned, with the study, to the core a busy process holds: the
+    point's ranks measure their wait and the point is marked. The study runs in this
+    process's thread, pinned to that core while it runs (the workers inherit it). One point
+    of two workers, one launch: how a study marks each of its points and a speedup read from
+    a slowed base is test_a_slowed_base_marks_every_figure_read_from_it's, torchrun faked."""
     exp = write_experiment(tmp_path)
-    args = ["scale", str(exp), "--workers", "1,2", *STUDY[:-2], "--warmup-steps", "1"]
+    args = ["scale", str(exp), "--workers", "2", *STUDY[:-2], "--warmup-steps", "1"]
     allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {busy_core})
     try:
@@ -146,15 +148,14 @@ def test_a_real_study_on_a_busy_core_is_marked(
     finally:
         os.sched_setaffinity(0, allowed)
     assert r.code == 0, r.err
-    rows = json.loads(r.out)["rows"]
-    # --repeat 1: one launch per point (not 3), each point's wait measured by that launch
-    assert [row.get("rounds") for row in rows] == [None, None]
-    assert [row["threads_per_worker"] for row in rows] == [1, 1]
-    for row in rows:
-        # Marked at dlperf's own threshold: how much over it depends on the host (21% with a
-        # second busy loop on that core and another pytest worker beside it; 40-60% alone).
-        assert row["cpu_wait_share"] >= CONTENDED, row
-        assert row["reliable"] is False and row["reliability_note"].startswith("contended")
+    (row,) = json.loads(r.out)["rows"]
+    # --repeat 1: one launch (not 3), the point's wait measured by that launch
+    assert row.get("rounds") is None and row["threads_per_worker"] == 1
+    assert {rank["rank"] for rank in row["ranks"]} == {0, 1}
+    # Marked at dlperf's own threshold: how much over it depends on the host (21% with a
+    # second busy loop on that core and another pytest worker beside it; 40-60% alone).
+    assert row["cpu_wait_share"] >= CONTENDED, row
+    assert row["reliable"] is False and row["reliability_note"].startswith("contended")
 
 
 def test_rounds_interleave_the_points_and_give_the_speedup_an_interval(
@@ -167,10 +168,12 @@ def test_rounds_interleave_the_points_and_give_the_speedup_an_interval(
     from dlperf.distributed import study
 
     order: list[int] = []
+    directories: list[Path] = []
 
     def run_torchrun(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
         spec = WorkerSpec.read(directory / "spec.json")
         order.append(nproc)
+        directories.append(directory)
         burst = 2.0 if len(order) in (3, 4) else 1.0  # round 2: both points at half speed
         step = 0.1 * burst * (1.25 if nproc == 2 else 1.0)
         ranks = [rank_result(r, [step] * 10, None, spec.per_worker_batch, world=nproc)
@@ -200,3 +203,22 @@ def test_rounds_interleave_the_points_and_give_the_speedup_an_interval(
     r = cli(*args, "--repeat", "1", "--no-plots", "--json")
     assert r.code == 0 and order == [1, 2]  # one launch per point
     assert json.loads(r.out)["rows"][1]["speedup_ci95"] is None
+
+    # Two rounds (round 2 at half speed): the lower middle of two, the speedup the mean of
+    # the rounds'; each round launched in a directory of its own, the last in the point's.
+    del order[:], directories[:]
+    r = cli(*args, "--repeat", "2", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    one, two = json.loads(r.out)["rows"]
+    assert one["rounds"] == two["rounds"] == 2 and len(two["throughput_rounds"]) == 2
+    assert one["throughput_rounds"] == pytest.approx([80.0, 40.0])
+    assert one["throughput"] == min(one["throughput_rounds"])  # the lower middle of two
+    ratios = [
+        x / b for x, b in zip(two["throughput_rounds"], one["throughput_rounds"], strict=True)
+    ]
+    assert two["speedup"] == pytest.approx(sum(ratios) / 2) and two["speedup_ci95"] is not None
+    top = directories[-1].parent
+    assert [d.relative_to(top).as_posix() for d in directories] == [
+        "p0/round1", "p1/round1", "p0", "p1"
+    ]  # fmt: skip
+    assert all((d / "result.json").is_file() for d in directories)
