@@ -280,17 +280,22 @@ def test_a_profiled_two_worker_point_keeps_each_ranks_trace_and_its_split(
 ) -> None:
     """Real torchrun workers on gloo: each rank traces its window after the warm-up (not in
     the 3 timed steps), the point stores both traces, and the study sets the traces' split
-    beside its estimates of exposed communication, each with its error against it."""
+    beside its estimates of exposed communication, each with its error against it. The point
+    trains under PowerSGD, whose low-rank all-reduces still hand every rank the same gradient:
+    its replicas stay identical (the real launch of tests/distributed/test_study.py's
+    test_compression_hooks_keep_replicas_in_step, folded into this one)."""
     from dlperf.distributed import trace_split
     from dlperf.distributed.contracts import PointRow
     from tests.distributed.test_study import WEAK, write_experiment
 
     exp = write_experiment(tmp_path)
     args = ["scale", str(exp), "--workers", "2", *WEAK, "--steps", "3", "--synthetic"]
-    result = cli(*args, "--profile", "--json")
+    result = cli(*args, "--comm", "powersgd", "--profile", "--json")
     assert result.code == 0, result.err
     (row,) = json.loads(result.out)["rows"]
     assert row["status"] == "finished" and row["timed_steps"] == 3
+    assert row["comm"] == "powersgd" and row["throughput"] > 0
+    assert row["replica_max_diff"] == 0.0  # PowerSGD: every rank the same gradient
     split = [row[f"trace_{part}_s"] for part in trace_split.SPLIT]
     assert all(v >= 0 for v in split) and sum(split) > 0
     assert row["trace_comm_only_s"] + row["trace_both_s"] > 0  # gloo's all-reduce was seen
@@ -307,5 +312,5 @@ def test_a_profiled_two_worker_point_keeps_each_ranks_trace_and_its_split(
     wrong = cli("runs", "trace", str(row["run_id"]), "--rank", "2")
     assert wrong.code == 2 and "--rank must be 0..1" in wrong.err
     table = trace_split.table([PointRow.from_dict(row)])
-    assert table is not None and table.rows[0][:3] == [2, "allreduce", 16]
+    assert table is not None and table.rows[0][:3] == [2, "powersgd", 16]
     assert "%" in str(table.rows[0][7])  # the replica's estimate with its error
