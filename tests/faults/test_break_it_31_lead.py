@@ -201,7 +201,10 @@ def test_the_kinds_runs_list_knows_are_the_kinds_dlperf_writes() -> None:
 
     written = set()
     for path in (Path(__file__).resolve().parents[2] / "src" / "dlperf").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        text = path.read_text(encoding="utf-8")
+        if "new_run" not in text and "create_run" not in text:  # a call names its attribute
+            continue
+        for node in ast.walk(ast.parse(text)):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             if node.func.attr not in ("new_run", "create_run"):
