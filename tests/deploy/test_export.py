@@ -40,7 +40,7 @@ def resnet20(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     (an export takes 5-15 s on a busy core; two tests read this one)."""
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("resnet20") / "resnet20.onnx"
-    return out, export(from_registry("resnet20", (3, 16, 16), num_classes=7), out)
+    return out, export(from_registry("resnet20", (3, 8, 8), num_classes=7), out)
 
 
 def test_registry_model_dynamic_batch_single_file(smallcnn: tuple[Path, dict[str, Any]]) -> None:
@@ -81,11 +81,16 @@ def test_second_registry_model_with_external_weights(
 def test_stored_run_keeps_weights_preprocessing_and_labels(
     tmp_path: Path, trained_digits: TrainedRun
 ) -> None:
+    """Exported inside the caller's torch.no_grad(), as a notebook may (the inference_mode
+    case of test_a_stored_run_exports_inside_the_callers_no_grad_or_inference_mode is the
+    other): a run's export, once, serves both."""
     store, run_id, _ = trained_digits.copy_to(tmp_path)  # read only: the checkpoint is shared
-    source = from_run(store, run_id)
-    assert source.images is not None and source.images.shape == (64, 1, 8, 8)
     out = tmp_path / "run.onnx"
-    result = export(source, out, dynamic_batch=True)
+    with torch.no_grad():
+        source = from_run(store, run_id)
+        result = export(source, out, dynamic_batch=True)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()  # put back
+    assert source.images is not None and source.images.shape == (64, 1, 8, 8)
     assert result["parity"] and result["run_id"] == run_id
     sets = {s["input"]: s for s in result["parity_sets"]}
     assert sets["test images"]["n"] == 64 and sets["test images"]["within_tolerance"]
@@ -105,15 +110,16 @@ def test_stored_run_keeps_weights_preprocessing_and_labels(
     assert (trained != fresh).any()
 
 
-@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
 def test_a_stored_run_exports_inside_the_callers_no_grad_or_inference_mode(
-    tmp_path: Path, trained_digits: TrainedRun, mode: Any
+    tmp_path: Path, trained_digits: TrainedRun
 ) -> None:
     """A notebook that exports inside torch.no_grad() or torch.inference_mode() was refused
     with training's lines ("gradients are off as training starts", "dlperf.run trains"):
-    export trains nothing, and builds and exports the run as outside them."""
+    export trains nothing, and builds and exports the run as outside them. Inference mode
+    here; no_grad in test_stored_run_keeps_weights_preprocessing_and_labels, whose export
+    runs inside it."""
     store, run_id, _ = trained_digits.copy_to(tmp_path)
-    with mode():
+    with torch.inference_mode():
         source = from_run(store, run_id)
         result = export(source, tmp_path / "run.onnx")
     assert result["parity"] and result["run_id"] == run_id
@@ -182,7 +188,7 @@ def test_an_interrupted_export_leaves_no_unchecked_file(
     for path in exported.parent.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
     out = tmp_path / exported.name
-    source = from_registry("resnet20", (3, 16, 16), num_classes=7)
+    source = from_registry("resnet20", (3, 8, 8), num_classes=7)
     earlier = {p: p.read_bytes() for p in tmp_path.iterdir()}
     assert len(earlier) == 3  # the model, its weights and its metadata
 
