@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from dlperf import traces
 from dlperf.errors import UserError
 from dlperf.report.site import POOL_FROM
 from dlperf.store import RunStore
+from tests.conftest import CliResult
 
 SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the subprocess too
 DEADLINE_S = 120.0  # generous: the machine may be shared
@@ -143,27 +145,51 @@ if __name__ == "__main__":  # not in the drawing workers, which import this as _
 """
 
 
+def _stop_in_renames(monkeypatch: pytest.MonkeyPatch) -> None:
+    """STOP_IN_RENAMES in this process: the second rename out of the staging directory sends
+    this process SIGINT (main() holds the stop signals while a command runs)."""
+    real = os.replace
+    renames = []
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if ".report-partial" in str(src):
+            renames.append(src)
+            if len(renames) == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
 @pytest.mark.parametrize("earlier", [False, True], ids=["new-dir", "over-a-report"])
-def test_b_a_stop_during_the_renames_leaves_a_whole_site(tmp_path: Path, earlier: bool) -> None:
+def test_b_a_stop_during_the_renames_leaves_a_whole_site(
+    cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier: bool
+) -> None:
     """Before: rc 130 and site/ held run-1.html with no index.html (into an existing site: the
-    new page beside the old index and the stale page)."""
+    new page beside the old index and the stale page). Over a report: a real process (the
+    signal as Ctrl-C sends it); into a new directory: the same stop in this process."""
     url = _store(tmp_path, 1)  # one run page: drawn in this process, no workers to start
-    script = tmp_path / "stop_in_renames.py"
-    script.write_text(STOP_IN_RENAMES)
-    env = {**os.environ, "DLPERF_DB": url, "PYTHONPATH": SOURCE}
     site = tmp_path / "site"
     if earlier:
         site.mkdir()
         (site / "index.html").write_text("old index")
         (site / "run-99.html").write_text("an earlier report's page")
         (site / "notes.txt").write_text("the user's")
-    command = [sys.executable, str(script), "report", "1", "--out", "site"]
-    ran = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=DEADLINE_S,
-        check=False,
-    )  # fmt: skip
-    assert ran.returncode == 130, ran.stderr
-    assert "Traceback" not in ran.stderr, ran.stderr
+        script = tmp_path / "stop_in_renames.py"
+        script.write_text(STOP_IN_RENAMES)
+        env = {**os.environ, "DLPERF_DB": url, "PYTHONPATH": SOURCE}
+        command = [sys.executable, str(script), "report", "1", "--out", "site"]
+        ran = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=DEADLINE_S, check=False,
+        )  # fmt: skip
+        code, err = ran.returncode, ran.stderr
+    else:
+        _stop_in_renames(monkeypatch)
+        result = cli("--db", url, "report", "1", "--out", str(site))
+        code, err = result.code, result.err
+    assert code == 130, err
+    assert "Traceback" not in err, err
     # The renames are shielded: the stop waits for the whole site, then ends the command.
     names = sorted(p.name for p in site.iterdir())
     want = ["index.html", "run-1.html"]
