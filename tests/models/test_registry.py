@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -139,3 +140,22 @@ def test_names_come_from_torchvision_when_the_table_is_for_another_version(
     stale = {"torchvision_version": "0.1", "dlperf": ["gone"], "torchvision": ["gone"]}
     monkeypatch.setattr(cli_models, "shipped", lambda path: stale)
     assert cli_models.model_names() == list_models()
+
+
+def test_a_model_file_rewritten_at_once_runs_its_new_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With bytecode caching on (Python's default; `make test` turns it on), a model file is
+    still compiled from its source at each import: a .pyc records its source's mtime in whole
+    seconds and its size, so a file rewritten within the second at the same size ran its old
+    code, and a __pycache__ appeared in the user's directory."""
+    monkeypatch.setattr("sys.dont_write_bytecode", False)
+    path = tmp_path / "width.py"
+    factory = "import torch\ndef build(num_classes):\n    return torch.nn.Linear(1, {})\n"
+    path.write_text(factory.format(16))
+    stat = path.stat()
+    assert create_model(f"{path}:build", num_classes=2).out_features == 16
+    path.write_text(factory.format(32))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same second, the same size
+    assert create_model(f"{path}:build", num_classes=2).out_features == 32
+    assert not (tmp_path / "__pycache__").exists()

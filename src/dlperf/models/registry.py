@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import CodeType, FrameType, ModuleType
 from typing import Any, NoReturn
 
 import torch
@@ -354,6 +354,12 @@ class _Loader(SourceFileLoader):
     def exec_module(self, module: ModuleType) -> None:
         vars(module)["__builtins__"] = _BUILTINS[module.__name__.partition(".")[0]]
         super().exec_module(module)
+
+    def get_code(self, fullname: str) -> CodeType:
+        # From the source at each import, never through __pycache__: a .pyc records its
+        # source's mtime in whole seconds and its size, so a model file rewritten within the
+        # second it was imported, at the same size, ran its old code.
+        return self.source_to_code(self.get_data(self.path), self.path)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
