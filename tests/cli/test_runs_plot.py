@@ -75,6 +75,7 @@ def test_one_run_with_the_default_keys(runs_cli: Callable, tmp_path: Path) -> No
 
 
 def test_two_runs_overlaid_as_json(runs_cli: Callable, tmp_path: Path) -> None:
+    """Overlaid, and the legends name the config keys that differ (one plot serves both)."""
     r = runs_cli("runs", "plot", "1", "2", "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
@@ -85,15 +86,13 @@ def test_two_runs_overlaid_as_json(runs_cli: Callable, tmp_path: Path) -> None:
     assert two["train/loss"] == two["train/lr"] == 2 * one["train/loss"] > 0  # 2 epochs vs 1
     assert (one["val/acc1"], two["val/acc1"]) == (1, 2)
     _png_not_blank(tmp_path / "runs-1-2.png")
-
-
-def test_legends_name_the_config_keys_that_differ(runs_cli: Callable) -> None:
-    r = runs_cli("runs", "plot", "1", "2", "--json")
-    assert r.code == 0, r.err
-    assert [run["label"] for run in json.loads(r.out)["runs"]] == [
+    assert [run["label"] for run in doc["runs"]] == [
         "run 1: smallcnn (train.epochs=1, train.schedule.kind=constant)",
         "run 2: cosine (train.epochs=2, train.schedule.kind=cosine)",
     ]  # not run.name nor run.out_dir: the name is there already, the path says nothing
+
+
+def test_one_run_alone_is_labelled_by_its_name(runs_cli: Callable) -> None:
     alone = runs_cli("runs", "plot", "2", "--json")
     assert [run["label"] for run in json.loads(alone.out)["runs"]] == ["run 2: cosine"]
 
