@@ -123,6 +123,8 @@ def test_a_stop_while_waiting_for_the_write_lock_ends_the_command(
             return stopping.requested()
 
     monkeypatch.setattr(runstore, "stopping", Stopping())
+    # The lock is held past any grace: the grace after the stop (5 s) only lengthens the wait.
+    monkeypatch.setattr(runstore, "STOP_WAIT_S", 0.5)
 
     def stop_once_waiting() -> None:
         if waiting.wait(EVENT_S) and not ended.is_set():
