@@ -3,6 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
+# Python keeps its bytecode caches here even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE, set on this project's machines): the suites start hundreds of
+# Python processes, and each compiled dlperf's own modules again (about 1 CPU s of the 4 a
+# `dlperf run` takes to start), and pytest rewrote and compiled the 650 test modules in every
+# worker of every session (51 CPU s a worker, 21 with the caches). User model files are still
+# compiled from their source at each import (dlperf.models.registry). docs/benchmarks.md.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: setup demo test test-scenarios test-faults test-slow test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
