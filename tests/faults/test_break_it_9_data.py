@@ -9,8 +9,9 @@ never opened, as traces and checkpoints are (test_break_it_5_files).
 An .npz set of 2 or 7 channels trains, but `data describe` crashed in matplotlib (a
 traceback, exit 1) and `data samples` in PIL, leaving an empty output directory behind.
 
-The commands that could block run in a process of their own under a guard: a regression that
-blocks fails its test instead of hanging the suite.
+The commands that could block run under a guard, a regression that blocks failing its test
+instead of hanging the suite: those of an image folder (a training run) in a process of their
+own, `data describe npz` and `converge fit` in this one, a watchdog freeing a blocked reader.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -149,19 +151,46 @@ def test_decode_file_refuses_a_fifo_without_opening_it(tmp_path: Path) -> None:
     assert str(caught[0]).startswith(f"{fifo} is not a regular file (a FIFO)")
 
 
-def test_a_fifo_as_the_npz_file_is_not_called_missing(
-    db: str, tmp_path: Path, guarded: Commands
-) -> None:
+@contextmanager
+def watched(fifo: Path) -> Iterator[list[bool]]:
+    """The block's command (in this process) set free if it blocks on `fifo`: past GUARD_S / 4
+    a watchdog opens and closes it for writing, which ends a reader's blocked open() or read()
+    (again each second, for a reader that opens it anew), and says so in the list yielded."""
+    done = threading.Event()
+    freed: list[bool] = []
+
+    def watch() -> None:
+        wait = GUARD_S / 4
+        while not done.wait(wait):
+            with suppress(OSError):  # ENXIO: no reader has it open
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                freed.append(True)
+            wait = 1.0
+
+    watchdog = threading.Thread(target=watch, daemon=True)
+    watchdog.start()
+    try:
+        yield freed
+    finally:
+        done.set()
+        watchdog.join()
+
+
+def test_a_fifo_as_the_npz_file_is_not_called_missing(cli: Cli, tmp_path: Path) -> None:
     """Before: "not a readable .npz file (no such file)" for a file that is there."""
     os.mkfifo(tmp_path / "fifo.npz")
-    result = guarded("data", "describe", "npz", "--set", "data.root=fifo.npz", "--out", "figs")
+    with watched(tmp_path / "fifo.npz") as freed:
+        result = cli("data", "describe", "npz", "--set", "data.root=fifo.npz", "--out", "figs")
+    assert not freed, "data describe blocked on the FIFO"
     one_line(result, 2, "fifo.npz is not a regular file (a FIFO)")
 
 
-def test_a_fifo_as_a_converge_csv_is_one_line(db: str, tmp_path: Path, guarded: Commands) -> None:
+def test_a_fifo_as_a_converge_csv_is_one_line(cli: Cli, tmp_path: Path) -> None:
     """Before: blocked in open() of the CSV until killed."""
     os.mkfifo(tmp_path / "fifo.csv")
-    result = guarded("converge", "fit", "--csv", "fifo.csv", "--y", "metric")
+    with watched(tmp_path / "fifo.csv") as freed:
+        result = cli("converge", "fit", "--csv", "fifo.csv", "--y", "metric")
+    assert not freed, "converge fit blocked on the FIFO"
     one_line(result, 2, "fifo.csv is not a regular file (a FIFO)")
 
 
