@@ -702,12 +702,24 @@ def _errors(events: list[dict[str, Any]]) -> list[str]:
     return found
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (CI installs Debian's chromium)")
-def test_pages_load_in_headless_chromium_offline(lab: dict[str, Any], tmp_path: Path) -> None:
-    out, hostile = lab["out"], lab["ids"]["hostile"]
-    browser = DevTools(tmp_path / "profile")
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One headless Chromium for the module's browser tests, each on a page (target) of its
+    own; killed with its process group at the end."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary (CI installs Debian's chromium)")
+    chromium = DevTools(tmp_path_factory.mktemp("chromium") / "profile")
     try:
-        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        yield chromium
+    finally:
+        chromium.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (CI installs Debian's chromium)")
+def test_pages_load_in_headless_chromium_offline(lab: dict[str, Any], browser: DevTools) -> None:
+    out, hostile = lab["out"], lab["ids"]["hostile"]
+    target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+    try:
         attached = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})
         session = attached["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -731,7 +743,8 @@ def test_pages_load_in_headless_chromium_offline(lab: dict[str, Any], tmp_path: 
             assert image.width >= 800 and ImageStat.Stat(image).var[0] > 0, f"{name}: blank"
             assert _errors(browser.events[since:]) == [], name
     finally:
-        browser.close()
+        with contextlib.suppress(EOFError, TimeoutError):  # a dead browser: the error is above
+            browser.call("Target.closeTarget", {"targetId": target})
 
 
 FIGURE_PROBE = """(() => {
@@ -744,13 +757,14 @@ FIGURE_PROBE = """(() => {
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (CI installs Debian's chromium)")
-def test_run_page_figures_fill_the_column_at_1400_px(lab: dict[str, Any], tmp_path: Path) -> None:
+def test_run_page_figures_fill_the_column_at_1400_px(
+    lab: dict[str, Any], browser: DevTools, tmp_path: Path
+) -> None:
     """At 1400 px, a common laptop's page width, every figure of the run page spans at least
     80% of the content column and is shown at about the size it was drawn at, so that its
     fonts read as drawn. The full-page screenshot is left in tmp_path to look at."""
-    browser = DevTools(tmp_path / "profile")
+    target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     try:
-        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         attached = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})
         session = attached["sessionId"]
         browser.call("Page.enable", session=session)
@@ -766,7 +780,8 @@ def test_run_page_figures_fill_the_column_at_1400_px(lab: dict[str, Any], tmp_pa
         data = browser.call("Page.captureScreenshot", shot, session)["data"]
         (tmp_path / "run-page-1400px.png").write_bytes(base64.b64decode(data))
     finally:
-        browser.close()
+        with contextlib.suppress(EOFError, TimeoutError):  # a dead browser: the error is above
+            browser.call("Target.closeTarget", {"targetId": target})
     assert sizes["column"] == COLUMN_PX  # the page's widest content column
     assert len(sizes["figures"]) == 3
     for figure in sizes["figures"]:
