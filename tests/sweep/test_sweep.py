@@ -238,16 +238,7 @@ def test_sweep_runs_every_point_then_skips_them(
     assert [p["test_accuracy"] for p in again["points"]] == [p["test_accuracy"] for p in points]
     assert len(store.list_runs()) == 2
 
-    fresh = sweep_json(cli, str(path), "--new")
-    assert fresh["study_id"] != first["study_id"] and len(store.list_runs()) == 4
-
-
-def test_a_sweep_with_other_points_starts_its_own_study_and_each_resumes_its_own(
-    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
-) -> None:
-    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.02]\n')
-    first = sweep_json(cli, str(path))
-
+    # A sweep with other points starts its own study, and each resumes its own.
     result = cli("sweep", str(path), "--set", "train.epochs=2", "--json")
     assert result.code == 0, result.err
     other = json.loads(result.out)
@@ -266,6 +257,10 @@ def test_a_sweep_with_other_points_starts_its_own_study_and_each_resumes_its_own
     again = sweep_json(cli, str(path), "--set", "train.epochs=2")
     assert again["study_id"] == other["study_id"] and all(p["skipped"] for p in again["points"])
     assert len(store.list_runs()) == 4
+
+    fresh = sweep_json(cli, str(path), "--new")
+    assert fresh["study_id"] not in (first["study_id"], other["study_id"])
+    assert len(store.list_runs()) == 6
 
 
 def table_column(out: str, header: str) -> list[str]:
