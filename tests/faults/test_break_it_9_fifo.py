@@ -25,6 +25,7 @@ from PIL import Image
 
 from dlperf.errors import UserError
 from tests.conftest import TINY, CliResult
+from tests.deploy.test_server import tiny_classifier
 from tests.faults.test_store_faults import one_line
 
 pytestmark = pytest.mark.timeout(240)
@@ -36,12 +37,9 @@ GUARD_S = 60
 
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random smallcnn for 1x8x8 images, exported once for the module."""
-    from dlperf.deploy.export import export, from_registry
-
-    path = tmp_path_factory.mktemp("fifo") / "small.onnx"
-    export(from_registry("smallcnn", (1, 8, 8), 4), path, dynamic_batch=True, single_file=True)
-    return path
+    """A classifier of 3x8x8 images with dlperf's metadata, written with onnx's helper (no
+    export: each command refuses its FIFO before it runs the graph)."""
+    return tiny_classifier(tmp_path_factory.mktemp("fifo") / "small.onnx")
 
 
 @pytest.fixture(scope="module")
