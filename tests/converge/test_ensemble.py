@@ -99,23 +99,6 @@ def test_target_beyond_the_plateau_cannot_be_told() -> None:
     assert p.reason is not None and "levels off between" in p.reason
 
 
-def test_predict_form_ensemble_json(cli: Callable[..., Any]) -> None:
-    r = cli("converge", "predict", "--csv", POLLUX_128, "--y", "metric", "--metric",
-            "accuracy", "--upto", "0.5", "--target", "0.93", "--form", "ensemble",
-            "--json")  # fmt: skip
-    assert r.code == 0, r.err
-    doc = json.loads(r.out)
-    assert doc["form"] == "ensemble" and doc["n_points"] == 50
-    assert {"predicted_step", "interval", "p_reachable", "plateau", "plateau_interval",
-            "family_weights", "actual_step", "error_pct", "basis"} <= set(doc)  # fmt: skip
-    assert doc["actual_step"] == 56  # first epoch at or past 93% in the trace
-    assert doc["verdict"] == "answer" and doc["reason"] is None
-    lo, hi = doc["interval"]
-    assert lo <= doc["predicted_step"] <= hi
-    assert 0 <= doc["p_reachable"] <= 1
-    assert doc["basis"].startswith("Bayesian average of 6 curve families")
-
-
 def test_predict_form_ensemble_table_says_unknown(cli: Callable[..., Any]) -> None:
     r = cli("converge", "predict", "--csv", POLLUX_128, "--y", "metric", "--metric",
             "accuracy", "--upto", "0.3", "--target", "0.99", "--form", "ensemble")  # fmt: skip
@@ -134,7 +117,8 @@ def test_unknown_family_and_prior() -> None:
 
 def test_band_holds_the_true_curve_and_is_drawn(cli: Callable[..., Any], tmp_path: Path) -> None:
     """The 90% band of curves drawn by weight holds the true curve over the extrapolated
-    part, its median lies inside it, and `predict --plot` draws it (the default form)."""
+    part, its median lies inside it, and `predict --plot` draws it (the default form), in
+    the same command as its JSON document."""
     rng = np.random.default_rng(4)
     k = np.arange(1.0, 61.0)
     truth = pow3(k, 0.1, 0.8, 0.7)
@@ -147,9 +131,20 @@ def test_band_holds_the_true_curve_and_is_drawn(cli: Callable[..., Any], tmp_pat
 
     path = tmp_path / "band.png"
     r = cli("converge", "predict", "--csv", POLLUX_128, "--y", "metric", "--metric",
-            "accuracy", "--upto", "0.5", "--target", "0.94", "--plot", str(path))  # fmt: skip
+            "accuracy", "--upto", "0.5", "--target", "0.93", "--plot", str(path),
+            "--json")  # fmt: skip
     assert r.code == 0, r.err
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    doc = json.loads(r.out)
+    assert doc["form"] == "ensemble" and doc["n_points"] == 50
+    assert {"predicted_step", "interval", "p_reachable", "plateau", "plateau_interval",
+            "family_weights", "actual_step", "error_pct", "basis"} <= set(doc)  # fmt: skip
+    assert doc["actual_step"] == 56  # first epoch at or past 93% in the trace
+    assert doc["verdict"] == "answer" and doc["reason"] is None
+    lo, hi = doc["interval"]
+    assert lo <= doc["predicted_step"] <= hi
+    assert 0 <= doc["p_reachable"] <= 1
+    assert doc["basis"].startswith("Bayesian average of 6 curve families")
 
 
 @pytest.mark.parametrize(("lr", "target"), [("0.003", 0.703), ("0.006", 0.8056),
