@@ -10,6 +10,7 @@ same way, typing-only ones included where the rule says so.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -107,10 +108,16 @@ def type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
+@functools.cache
+def parsed(name: str) -> ast.Module:
+    """`name`'s file, parsed once for every reading of it here (GRAPH's, then the tests')."""
+    return ast.parse(MODULES[name].read_text(encoding="utf-8"))
+
+
 def imports(name: str, typing_too: bool = False) -> dict[str, int]:
     """The dlperf modules `name` imports, anywhere in its file, each with its first line;
     those under `if TYPE_CHECKING:` only `typing_too`."""
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    tree = parsed(name)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
     found: dict[str, int] = {}
@@ -212,10 +219,9 @@ STORE_WRITES = {
 
 def calls(name: str) -> list[tuple[int, str]]:
     """Every call in `name`'s file, as (line, the called expression as written)."""
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     return [
         (node.lineno, ast.unparse(node.func))
-        for node in ast.walk(tree)
+        for node in ast.walk(parsed(name))
         if isinstance(node, ast.Call)
     ]
 
