@@ -202,9 +202,10 @@ def test_export_parity_fails_for_a_model_that_differs_at_batch_1(
 def test_export_of_a_plain_model_still_passes_parity(
     cli: Cli, tmp_path: Path, models: Path
 ) -> None:
-    for dynamic in ((), ("--dynamic-batch",)):
-        out = tmp_path / "plain.onnx"
-        result = cli("export", f"{models}:plain", "--input", "1,8,8", "--out", str(out), *dynamic)
-        assert result.code == 0, (result.code, result.out, result.err)
-        assert out.exists()
-        out.unlink()
+    """The batch-1 check is of a dynamic batch's graph (a fixed batch's plain export passes
+    parity in tests/faults/test_break_it_16_export.py, [fixed], and wherever export is run)."""
+    out = tmp_path / "plain.onnx"
+    args = ("--input", "1,8,8", "--out", str(out), "--dynamic-batch")
+    result = cli("export", f"{models}:plain", *args)
+    assert result.code == 0, (result.code, result.out, result.err)
+    assert out.exists()
