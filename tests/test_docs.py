@@ -150,8 +150,12 @@ def test_the_ring_model_is_written_one_way() -> None:
         assert formula in pages[name], f"docs/{name} does not state {formula}"
     texts = [(f"docs/{name}", text) for name, text in pages.items()]
     for source in sorted((ROOT / "src" / "dlperf").rglob("*.py")):
-        where = str(source.relative_to(ROOT))
-        texts += [(where, doc) for doc in docstrings(source)]
+        # Parsed only where the file holds " = 2(", as every match of RING_TIME does (a
+        # docstring's text is in its file as written): most files are not parsed at all.
+        if " = 2(" in source.read_text(encoding="utf-8"):
+            where = str(source.relative_to(ROOT))
+            texts += [(where, doc) for doc in docstrings(source)]
+    assert any(where.startswith("src/") for where, _ in texts)  # the fit's module at least
     other = [
         f"{where}: {text[m.start() : m.start() + len(formula)]}"
         for where, text in texts
