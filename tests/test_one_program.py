@@ -22,6 +22,7 @@ import torch
 from dlperf.config import DetectJob, load_job
 from dlperf.detect import finetune, ssd, voc
 from dlperf.distributed import hvd_launch
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.hooks import install
 from tests.loop_probe import add_probe, steps_seen
@@ -39,9 +40,9 @@ epochs = 1
 lr = 0.2
 nesterov = true
 weight_decay = 0.01
-grad_clip = 0.05
+grad_clip = 0.001
 label_smoothing = 0.1
-schedule = {{ kind = "cosine", min_lr = 0.01 }}
+schedule = {{ kind = "cosine", min_lr = 0.01, warmup_epochs = 0.125 }}
 [run]
 seed = 3
 threads = 1
@@ -49,7 +50,7 @@ channels_last = true
 out_dir = "{out}"
 """
 SCALE = ["--workers", "1", "--mode", "weak", "--per-worker-batch", "16", "--no-plots"]
-SCALE += ["--warmup-steps", "1", "--steps", "1", "--repeat", "1", "--json"]
+SCALE += ["--warmup-steps", "1", "--steps", "4", "--repeat", "1", "--json"]
 
 
 @pytest.fixture
@@ -77,14 +78,26 @@ def assert_one_loop(prefix: Path, trainer: str, steps: int | None = None) -> Non
 
 
 def test_every_launcher_takes_the_same_first_step(
-    cli: Callable[..., CliResult], tmp_path: Path, first_steps: Path
+    cli: Callable[..., CliResult], tmp_path: Path, first_steps: Path, store: RunStore
 ) -> None:
+    """The module's first step, clipped: grad_clip (0.001) is far under the first step's
+    gradient norm, so a launcher that did not clip as a plain run does (its step, prepare, is
+    tests/engine/test_step.py's) moves its parameters elsewhere. And the DDP point's 5th step
+    (1 warm-up + 4 timed) takes the plain run's 5th step's learning rate: 16 steps an epoch
+    at the point's global batch, as in the run, the cosine past its 2 warm-up steps. (Folded
+    in from tests/distributed/test_study.py, whose schedule-and-clipping test of a one-worker
+    point took a launch of its own.)"""
     exp = tmp_path / "exp.toml"
     exp.write_text(EXPERIMENT.format(out=tmp_path / "runs"))
     run = cli("run", str(exp), "--json")
     assert run.code == 0, run.err
     scale = cli("scale", str(exp), *SCALE)
     assert scale.code == 0, scale.err
+    assert json.loads(run.out)["steps_per_epoch"] == 16
+    lrs = dict(store.metrics(json.loads(run.out)["run_id"], "train/lr"))
+    (result,) = (tmp_path / "runs").glob("**/p0/result.json")
+    (rank,) = json.loads(result.read_text())["ranks"]
+    assert rank["main"]["lr"] == lrs[5] and lrs[2] < lrs[3] > lrs[5]  # warm-up, then cosine
     staleness = cli("staleness", "--train", str(exp), "--learners", "2", "--json")
     assert staleness.code == 0, staleness.err
     references = {trainer: load(first_steps, "run") for trainer in ("ddp", "sync", "async")}
@@ -104,11 +117,11 @@ def test_every_launcher_takes_the_same_first_step(
         contiguous = cli("run", str(exp), "--set", "run.channels_last=false", "--json")
         assert contiguous.code == 0, contiguous.err
         references["horovod"] = load(first_steps, "run")
-    # A scale point warms up 1 step and times 1 (its compute-only copy has no hooks).
+    # A scale point warms up 1 step and times 4 (its compute-only copy has no hooks).
     for trainer in ("run", "sync", "async"):
         assert_one_loop(first_steps, trainer)
     for trainer in {"ddp", "horovod"} & references.keys():
-        assert_one_loop(first_steps, trainer, 2)
+        assert_one_loop(first_steps, trainer, 5)
     for trainer, reference in references.items():
         other = load(first_steps, trainer)
         assert torch.equal(other["x"], reference["x"]) and torch.equal(other["y"], reference["y"])
