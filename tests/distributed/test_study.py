@@ -235,42 +235,6 @@ def test_allreduce_bench_then_one_and_two_workers(
     assert not torch.equal(shards[0]["x"], shards[1]["x"])
 
 
-def test_a_scale_point_applies_the_plain_runs_schedule_and_clipping(
-    cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path, monkeypatch
-) -> None:
-    """One worker under torchrun, 4 steps an epoch (256 images / batch 64), a cosine schedule
-    after half an epoch of warm-up, gradients clipped to a tiny norm: its 5th step uses the
-    learning rate of a plain run's 5th step, and its first step's gradients are clipped."""
-    sets = ['train.schedule.kind="cosine"', "train.schedule.warmup_epochs=0.5"]
-    sets += ["train.epochs=2", "train.grad_clip=0.001", "run.threads=1"]
-    dump = tmp_path / "grads"
-    install(monkeypatch, "dump_grads", str(dump))
-    args = ["scale", str(exp_path), "--workers", "1", "--mode", "weak", "--no-plots"]
-    args += ["--per-worker-batch", "64", "--warmup-steps", "1", "--steps", "4", "--synthetic"]
-    args += ["--repeat", "1"]  # every round takes the same step: one launch, not the default 3
-    r = cli(*args, *[a for s in sets for a in ("--set", s)], "--json")
-    assert r.code == 0, r.err
-    (result,) = tmp_path.glob("dlperf_runs/**/p0/result.json")
-    (rank,) = json.loads(result.read_text())["ranks"]
-
-    exp = load_experiment(exp_path, [*sets, "train.batch_size=64"])
-    plain = run_experiment(exp, store)
-    assert plain["steps_per_epoch"] == 4
-    lrs = dict(store.metrics(plain["run_id"], "train/lr"))
-    assert rank["main"]["lr"] == lrs[5] != exp.train.lr  # 1 warm-up + 4 timed steps
-
-    # The step's gradients = one process's on the same batch, scaled to norm grad_clip.
-    shard = torch.load(f"{dump}.w1.rank0.pt")
-    torch.set_num_threads(1)
-    model = build_model(exp, load_data(exp.data), torch.device("cpu"))
-    model.eval()
-    nn.functional.cross_entropy(model(shard["x"]), shard["y"]).backward()
-    norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
-    assert norm > 100 * exp.train.grad_clip
-    for p, g in zip(model.parameters(), shard["grads"], strict=True):
-        torch.testing.assert_close(g, p.grad * exp.train.grad_clip / norm, rtol=1e-3, atol=1e-9)
-
-
 def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
     cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path
 ) -> None:
