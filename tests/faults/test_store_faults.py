@@ -489,12 +489,13 @@ def _staleness(tmp_path: Path, store: RunStore) -> Command:
 @pytest.mark.parametrize(
     ("command", "sig"),
     [
-        (_demo, signal.SIGTERM),
+        # demo is stopped by SIGHUP alone: SIGTERM and SIGHUP take the one stop handler
+        # (stopping.STOP_SIGNALS), and SIGTERM is sent to predict and staleness.
         (_predict, signal.SIGTERM),
         (_staleness, signal.SIGTERM),
         (_demo, signal.SIGHUP),  # a closed terminal: before, exit -1 and the run left running
     ],
-    ids=["_demo", "_predict", "_staleness", "_demo-SIGHUP"],
+    ids=["_predict", "_staleness", "_demo-SIGHUP"],
 )
 def test_sigterm_marks_every_run_killed(
     store: RunStore,
