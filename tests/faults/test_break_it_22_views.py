@@ -237,6 +237,7 @@ def test_mlflow_export_into_the_run_store_itself_is_refused(
     assert [r.id for r in dlperf.Store(tracked).runs()] == [1]
 
 
+@pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")
 def test_mlflow_export_beside_the_run_store_still_works(
     cli: Cli, db: str, tmp_path: Path, mlflow_uri: str
 ) -> None:
