@@ -24,9 +24,26 @@ from dlperf.engine.checks import dry_backward
 from dlperf.store import RunStore
 from tests.faults.test_break_it_6_scale import _args, _experiment, _no_traceback
 
-# The tester's models (/tmp/bk12/C/m/unused.py: an nn.Linear aux never called in forward;
-# and a 0-size parameter the forward never uses), in one model: one torchrun start for both.
+# The tester's model (/tmp/bk12/C/m/unused.py): aux is never called in forward.
 UNUSED = """
+from torch import nn
+
+
+class Net_(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.fc = nn.Linear(64 * in_channels, num_classes)
+        self.aux = nn.Linear(4, 4)  # never used in forward
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def Net(num_classes=10, in_channels=1):
+    return Net_(num_classes, in_channels)
+"""
+# The same with a 0-size parameter the forward never uses too: one torchrun start for both.
+UNUSED_AND_EMPTY = """
 import torch
 from torch import nn
 
@@ -159,5 +176,5 @@ def test_parameters_never_used_train_at_a_two_worker_point(
     in the prior iteration ..." and DDP's frames, 25 lines of stderr). A 1-worker point of its
     own took the same path (the worker finds the parameters before wrapping, whatever the
     world size) at a second torchrun start."""
-    r = cli(*_args(_experiment(tmp_path, UNUSED), 8))
+    r = cli(*_args(_experiment(tmp_path, UNUSED_AND_EMPTY), 8))
     _trained(r, db, tmp_path, "e, aux.weight, aux.bias")
