@@ -144,7 +144,7 @@ def test_dlperfs_own_error_in_a_worker_is_its_one_line(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
     model = tmp_path / "usermodel.py"
-    r = cli(*_args(_experiment(tmp_path, WORKER_ONLY), 8))
+    r = cli(*_args(_experiment(tmp_path, WORKER_ONLY), 8, workers=1))
     assert r.code == 1, r.err
     _no_traceback(r.err)
     said = f"factory {model}:Net returned int, not a torch.nn.Module"
