@@ -28,7 +28,6 @@ import pytest
 
 from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.deploy.test_export_unfinished import stopped_run
 from tests.faults.test_store_faults import digits, one_line
 from tests.test_trace_caps import gz, step_events, traced_run
 
@@ -185,44 +184,9 @@ def test_a_fifo_trace_costs_the_report_only_its_own_tables(store: RunStore, tmp_
 # --- checkpoints ------------------------------------------------------------------------------
 
 
-@pytest.mark.faults  # a real run (3 epochs), killed, then resumed: over a minute here
-def test_a_killed_run_s_checkpoint_gone_or_not_a_file_is_said_as_such(
-    db: str, tmp_path: Path
-) -> None:
-    """A real run SIGKILLed in epoch 2 (its epoch-1 checkpoint written), then its checkpoint
-    removed or replaced: resume and export name the file and what is wrong with it, never
-    "it stopped before its first epoch ended", and never open it (a FIFO would block). Put
-    back, with a stale `checkpoint.part.pt` beside it (a kill mid-save), the run resumes
-    to the end and the next save leaves no partial file."""
-    stopped_run(tmp_path, signal.SIGKILL)
-    store = RunStore.open(db)
-    [path] = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
-    saved = path.read_bytes()
-    again = "(put the run's checkpoint back, or train the run again)"
-    with Commands() as dlperf_in_one:  # one process for the 8 commands and the resume
-        for make, what in [
-            (None, "is missing"),
-            (fifo, "is not a regular file"),
-            (directory, "is not a regular file"),
-            (link_to_dev_zero, "is not a regular file"),
-        ]:
-            remove(path)
-            if make is not None:
-                make(path)
-            said = f"error: run 1's checkpoint {path} {what} {again}"
-            one_line(dlperf_in_one("run", "--resume", "1"), 2, said)
-            one_line(dlperf_in_one("export", "1", "--out", str(tmp_path / "m.onnx")), 2, said)
-        assert store.get_run(1).status == "lost"
-        assert not (tmp_path / "m.onnx").exists()
-
-        remove(path)
-        path.write_bytes(saved)
-        part = path.with_name("checkpoint.part.pt")
-        part.write_bytes(saved[: len(saved) // 2])
-        resumed = dlperf_in_one("run", "--resume", "1")
-    assert resumed.code == 0, resumed.err
-    assert store.get_run(1).status == "finished"
-    assert not part.exists()
+# A killed run's checkpoint gone or not a file, said as such: in test_break_it_5_resume.py's
+# test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resumable, on the
+# killed run that test makes anyway.
 
 
 @pytest.mark.parametrize(
