@@ -161,20 +161,39 @@ def test_a_torch_study_refuses_a_tensorflow_strategy() -> None:
 
 @needs_tf
 @pytest.mark.parametrize(
-    ("strategy", "allreduce"),
-    [("mirrored", "hierarchical"), ("mirrored", "one-device"), ("multiworker", "ring"),
-     ("multiworker", "auto")],
+    ("strategy", "allreduce", "workers", "data"),
+    [("mirrored", "hierarchical", [1, 2], "synthetic"), ("mirrored", "one-device", [2], "digits"),
+     ("multiworker", "auto", [1, 2], "digits")],
+    ids=["mirrored-hierarchical", "mirrored-one-device-digits", "multiworker-auto-digits"],
 )  # fmt: skip
-def test_one_and_two_workers_train_in_step(
-    strategy: str, allreduce: str, tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
+def test_workers_train_in_step(
+    strategy: str,
+    allreduce: str,
+    workers: list[int],
+    data: str,
+    tmp_path: Path,
+    store: RunStore,
+    cli: Callable[..., CliResult],
 ) -> None:
+    """Each strategy at one worker and two (MirroredStrategy's logical CPU devices in one
+    process, MultiWorker's processes on loopback), each of MirroredStrategy's cross-device ops
+    at two; MultiWorker's ring all-reduce trains across two nodes
+    (test_two_nodes_on_loopback_trade_addresses_and_store_once).
+
+    On the digits, without --synthetic, the workers read the experiment's training split,
+    written once for every point of the study: MultiWorker's two processes each take every
+    other image, as DDP's ranks do, MirroredStrategy's one process all of them."""
     path = write_study(tmp_path)
-    result = cli("scale", str(path), "--strategy", strategy, "--allreduce", allreduce, "--json")
+    if data == "digits":
+        on_digits(path)
+    points = ["--workers", ",".join(map(str, workers))]
+    result = cli("scale", str(path), *points, "--strategy", strategy, "--allreduce", allreduce,
+                 "--json")  # fmt: skip
     assert result.code == 0, result.err
     out = json.loads(result.out)
     rows = out["rows"]
     assert [(r["workers"], r["per_worker_batch"], r["global_batch"]) for r in rows] == [
-        (1, 16, 16), (2, 8, 16)]  # fmt: skip
+        (w, 16 // w, 16) for w in workers]  # fmt: skip
     for r in rows:
         assert r["status"] == "finished" and (r["strategy"], r["comm"]) == (strategy, allreduce)
         assert r.keys() >= DDP_ROW_KEYS and r["backend"] == "tensorflow"
@@ -186,34 +205,21 @@ def test_one_and_two_workers_train_in_step(
     # No fake DDP figures: the ranks report none, and their fingerprints are compared away.
     for result in tmp_path.glob("**/p*/result.json"):
         assert all(r.main.ddp is None and r.main.fingerprint is None for r in read_ranks(result))
-    assert rows[1]["speedup"] == pytest.approx(rows[1]["throughput"] / rows[0]["throughput"])
     # Two workers: the compute-only replica splits the step into compute and communication.
-    assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0
-    assert rows[1]["comm_exposed_s"] == max(0.0, rows[1]["step_time_s"] - rows[1]["compute_s"])
-    assert len({r["run_id"] for r in rows}) == 2 and out["study_id"] is not None
+    assert rows[-1]["compute_s"] > 0
+    assert rows[-1]["comm_exposed_s"] == max(0.0, rows[-1]["step_time_s"] - rows[-1]["compute_s"])
+    if workers[0] == 1:
+        assert rows[1]["speedup"] == pytest.approx(rows[1]["throughput"] / rows[0]["throughput"])
+        assert rows[0]["compute_s"] is None
+    assert len({r["run_id"] for r in rows}) == len(workers) and out["study_id"] is not None
     logical = "MirroredStrategy's replicas are logical CPU devices"
     assert (logical in out["label"]) == (strategy == "mirrored")
-
-
-@needs_tf
-def test_real_data_trains_each_worker_on_its_shard(
-    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
-) -> None:
-    """Without --synthetic the workers read the experiment's training split, written once
-    for them: MultiWorker's two processes each take every other image, as DDP's ranks do."""
-    path = on_digits(write_study(tmp_path))
-    args = ["scale", str(path), "--workers", "2", "--strategy", "multiworker,mirrored"]
-    result = cli(*args, "--json")
-    assert result.code == 0, result.err
-    rows = json.loads(result.out)["rows"]
-    assert [(r["workers"], r["strategy"], r["status"]) for r in rows] == [
-        (2, "multiworker", "finished"), (2, "mirrored", "finished")]  # fmt: skip
-    assert all(r["replica_max_diff"] == 0.0 and r["throughput"] > 0 for r in rows)
-    (data,) = tmp_path.glob("runs/**/train.npz")  # one file for every point of the study
-    with np.load(data) as f:
-        assert f["images"].shape[1:] == (8, 8, 1) and f["images"].dtype == np.uint8
-        training_images = rows[0]["epoch_time_s"] * rows[0]["throughput"]
-        assert len(f["labels"]) == pytest.approx(training_images)
+    if data == "digits":
+        (data_file,) = tmp_path.glob("runs/**/train.npz")  # one file for every point
+        with np.load(data_file) as f:
+            assert f["images"].shape[1:] == (8, 8, 1) and f["images"].dtype == np.uint8
+            for r in rows:  # every image of the training split
+                assert len(f["labels"]) == pytest.approx(r["epoch_time_s"] * r["throughput"])
 
 
 @needs_tf  # torch itself asks importlib whether tensorflow is there: it cannot be faked
@@ -252,10 +258,11 @@ def test_two_nodes_on_loopback_trade_addresses_and_store_once(
     """Two dlperf processes as two nodes: they meet at node 0's store, each starts its worker
     with a TF_CONFIG naming both, and node 0 stores one run with both ranks."""
     node = ["scale", str(write_study(tmp_path)), "--workers", "2", "--strategy", "multiworker"]
-    result, elsewhere = two_nodes(cli, node, tmp_path)
+    result, elsewhere = two_nodes(cli, [*node, "--allreduce", "ring"], tmp_path)
     (row,) = json.loads(result.out)["rows"]
     assert (row["workers"], row["nodes"], row["global_batch"], row["status"]) == (
         2, 2, 16, "finished")  # fmt: skip
+    assert (row["strategy"], row["comm"], row["world_size"]) == ("multiworker", "ring", 2)
     assert [rank["rank"] for rank in row["ranks"]] == [0, 1]
     assert row["replica_max_diff"] == 0.0 and row["emulation"] is None
     assert row["compute_s"] > 0
