@@ -157,6 +157,19 @@ def store(db: str) -> RunStore:
     return RunStore.open(db)
 
 
+@pytest.fixture
+def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A curve fit's bootstrap on 20 refits instead of 200 (nearly all of a fit's cost), for
+    tests that check a fit's parameters, steps and commands, not its intervals
+    (tests/converge/test_curve.py proves those). A module takes it for all its tests with
+    `pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")`."""
+    import functools
+
+    from dlperf.converge import curve
+
+    monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers() -> Iterator[None]:
     """`main()` takes the stop signals (dlperf.stopping) in this process: pytest's own

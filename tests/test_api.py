@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,22 +18,6 @@ from dlperf.store import RunStore as StoreImpl
 from tests.conftest import REPO, TrainedRun
 
 EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
-FEW_RESAMPLES = 20
-
-
-@pytest.fixture
-def few_resamples(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A curve fit's bootstrap on FEW_RESAMPLES refits instead of N_BOOT (200 per form, nearly
-    all of a fit's cost): what is checked here (parameters, held-out errors, the step, that an
-    example runs) does not depend on their number. tests/converge proves the intervals."""
-    from dlperf.converge import curve
-
-    bootstrap = curve.bootstrap
-
-    def fewer(k: Any, y: Any, form: str, p: Any, n: int = curve.N_BOOT, seed: int = 0) -> Any:
-        return bootstrap(k, y, form, p, min(n, FEW_RESAMPLES), seed)
-
-    monkeypatch.setattr(curve, "bootstrap", fewer)
 
 
 def test_every_public_name_is_documented() -> None:
@@ -51,7 +34,7 @@ def test_import_does_not_load_torch() -> None:
 
 
 @pytest.mark.parametrize("code", EXAMPLES, ids=lambda c: c.splitlines()[-1][:40])
-def test_docs_example_runs(code: str, db: str, few_resamples: None) -> None:
+def test_docs_example_runs(code: str, db: str, fewer_bootstrap_fits: None) -> None:
     exec(compile(code, "docs/api.md", "exec"), {})
 
 
@@ -179,7 +162,7 @@ def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
         store.compare(ids[:1])
 
 
-def test_fit_curve_recovers_known_parameters(few_resamples: None) -> None:
+def test_fit_curve_recovers_known_parameters(fewer_bootstrap_fits: None) -> None:
     import numpy as np
 
     k = np.arange(1.0, 81.0)
@@ -192,7 +175,9 @@ def test_fit_curve_recovers_known_parameters(few_resamples: None) -> None:
         dlperf.fit_curve(k, k, form="cubic")
 
 
-def test_fit_curve_fits_as_converge_fit_does(cli, tmp_path: Path, few_resamples: None) -> None:
+def test_fit_curve_fits_as_converge_fit_does(
+    cli, tmp_path: Path, fewer_bootstrap_fits: None
+) -> None:
     """The same window, the same checks and the same held-out points as the command."""
     import numpy as np
 

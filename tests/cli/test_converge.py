@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import subprocess
@@ -23,11 +22,7 @@ POLLUX_128 = str(Path(__file__).parents[1] / "fixtures" / "pollux" / "cifar10_va
 Cli = Callable[..., Any]
 
 
-@pytest.fixture(autouse=True)
-def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """20 bootstrap refits instead of 200: these tests check the commands, not the intervals
-    (tests/test_converge_curve.py does)."""
-    monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 
 def accuracy_run(store: RunStore, epochs: int = 40, steps_per_epoch: int = 10) -> int:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dlperf.converge import curve, fitting
+from dlperf.converge import fitting
 from dlperf.converge.options import CurveOptions
 from dlperf.errors import UserError
 from dlperf.store import RunStore
@@ -16,9 +15,7 @@ from dlperf.store import RunStore
 STEPS = np.arange(1.0, 41.0) * 10
 
 
-@pytest.fixture(autouse=True)
-def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 
 def no_store() -> RunStore:

@@ -25,9 +25,10 @@ import numpy as np
 import pytest
 
 from dlperf.converge import curve, ensemble, fitting
-from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
 from tests.faults.test_break_it_12_curve_size import BINS, NOTE, TooBig, _by_hand, _csv, _note
+
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 Cli = Callable[..., CliResult]
 

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from dlperf.converge import ensemble
-from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
+
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 Cli = Callable[..., CliResult]
 

@@ -34,9 +34,10 @@ import numpy as np
 import pytest
 
 from dlperf.converge import curve, ensemble
-from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
 from tests.faults.test_break_it_12_converge import _csv
+
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 Cli = Callable[..., CliResult]
 STEPS = np.arange(1.0, 41.0)

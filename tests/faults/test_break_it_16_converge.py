@@ -34,8 +34,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
+
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 Cli = Callable[..., CliResult]
 STEPS = np.arange(1.0, 61.0)

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from dlperf.store import RunStore
-from tests.cli.test_converge import fewer_bootstrap_fits  # noqa: F401 (autouse: 20 refits)
 from tests.conftest import CliResult
+
+pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")  # 20 refits, not 200
 
 Cli = Callable[..., CliResult]
 
