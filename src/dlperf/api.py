@@ -401,9 +401,10 @@ def _held(module: torch.nn.Module, seen: set[int]) -> Iterator[tuple[str, Any]]:
             continue
         seen.add(id(value))
         yield name, value
-        items = vars(value).values() if _plain(value) else value
+        plain = _plain(value)
+        items = vars(value).values() if plain else value
         items = value.values() if isinstance(value, dict) else items
-        walked = isinstance(value, (dict, list, tuple, set, frozenset)) or _plain(value)
+        walked = isinstance(value, (dict, list, tuple, set, frozenset)) or plain
         if walked and not _atomic(items):
             stack.extend((name, item) for item in items if type(item) not in _ATOMIC)
 

@@ -1424,8 +1424,9 @@ def unregistered(model: nn.Module) -> list[Unregistered]:
             if kind == "attribute":
                 fix = f"an attribute set by self.{name} = ..., not object.__setattr__"
             ids = {id(t) for t in left}  # a layer registered elsewhere too is not watched
-            watched = [m for m in layers if any(id(t) in ids for t in m.parameters())]
-            watched += [m for m in layers if any(id(t) in ids for t in m.buffers())]
+            watched = [
+                m for m in layers if any(id(t) in ids for t in (*m.parameters(), *m.buffers()))
+            ]
             found.append(
                 Unregistered(
                     where=f"{path}.{name}" if path else name,
@@ -1513,16 +1514,20 @@ def refusing_unregistered(model: nn.Module, what: str) -> Iterator[list[str]]:
         for layer in entry.layers
         for inner in layer.modules()  # the forward may call a part of it alone
     ]
+
+    def refuse_used() -> None:  # the called ones, and bare parameters, which are unwatched
+        _refuse([f for i, f in enumerate(found) if i in called or not f.layers], what)
+
     notes: list[str] = []
     try:
         yield notes
     except Exception:
-        _refuse([f for i, f in enumerate(found) if i in called or not f.layers], what)
+        refuse_used()
         raise
     finally:
         for handle in handles:
             handle.remove()
-    _refuse([f for i, f in enumerate(found) if i in called or not f.layers], what)
+    refuse_used()
     if found:
         first = found[0]
         notes.append(
