@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sqlite3
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -155,6 +156,21 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def store(db: str) -> RunStore:
     return RunStore.open(db)
+
+
+@contextmanager
+def file_size_limit(cap: int) -> Iterator[None]:
+    """This process's soft file size limit at `cap` bytes for the block (its hard limit kept,
+    so that the old one comes back): a write past it fails with EFBIG, SIGXFSZ ignored (as
+    Python sets it at startup, made sure of here)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
 
 
 @pytest.fixture

@@ -21,17 +21,15 @@ import errno
 import os
 import random
 import resource
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from tests.conftest import CliResult, file_size_limit
 from tests.faults.test_store_faults import earlier_run, one_line
 
 Cli = Callable[..., CliResult]
@@ -60,21 +58,6 @@ def _limited(tmp_path: Path, which: int, cap: int, *args: str) -> CliResult:
         preexec_fn=limit,
     )
     return CliResult(done.returncode, done.stdout, done.stderr)
-
-
-@contextmanager
-def file_size_limit(cap: int) -> Iterator[None]:
-    """This process's soft file size limit at `cap` bytes for the block (its hard limit kept,
-    so that the old one comes back): a write past it fails with EFBIG, SIGXFSZ ignored (as
-    Python sets it at startup, made sure of here)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 @pytest.fixture

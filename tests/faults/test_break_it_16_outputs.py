@@ -27,8 +27,7 @@ import pytest
 
 from dlperf.store import RunStore
 from dlperf.store.record import STATUSES
-from tests.conftest import CliResult
-from tests.faults.test_break_it_13_limits import file_size_limit
+from tests.conftest import CliResult, file_size_limit
 from tests.faults.test_store_faults import earlier_run, fill, mounted
 
 Cli = Callable[..., CliResult]

@@ -29,7 +29,7 @@ from dlperf import traces
 from dlperf.errors import UserError
 from dlperf.report.site import POOL_FROM
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from tests.conftest import CliResult, file_size_limit
 
 SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the subprocess too
 DEADLINE_S = 120.0  # generous: the machine may be shared
@@ -280,15 +280,8 @@ def test_d_a_checkpoint_over_the_file_size_limit_keeps_the_earlier_one(tmp_path:
     with torch.no_grad():  # other weights: any of the second save that got through shows
         for param in det.model.parameters():
             param.add_(1.0)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (len(good) // 2, hard))
-    try:
-        with pytest.raises(OSError) as caught:
-            ssd.save_checkpoint(det, path)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, ignored)
+    with file_size_limit(len(good) // 2), pytest.raises(OSError) as caught:
+        ssd.save_checkpoint(det, path)
     assert caught.value.errno == errno.EFBIG
     said = told(caught.value)[0]
     assert said.startswith(f"cannot use {path}") and "ulimit -f" in said, said

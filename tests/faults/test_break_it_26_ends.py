@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from dlperf.engine.train import train
 from dlperf.errors import UserError
 from dlperf.report.site import figures
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from tests.conftest import CliResult, file_size_limit
 from tests.faults.test_break_it_26_models import RUN, WIDTH  # its width is $FXI_WIDTH
 from tests.report.test_figures import drawn  # noqa: F401 (a fixture: the figures, as PNG URIs)
 
@@ -48,13 +47,8 @@ def test_to_csv_keeps_the_earlier_table_whole_when_the_write_fails(tmp_path: Pat
     earlier = path.read_bytes()
     # A file size limit (ulimit -f) well under the new table (about 23 kB) and over the
     # earlier one: the write fails partway with EFBIG, as a full disk fails with ENOSPC.
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-    try:
-        with pytest.raises(UserError) as raised:
-            fitting.write_table(path, rows)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    with file_size_limit(4096), pytest.raises(UserError) as raised:
+        fitting.write_table(path, rows)
     assert str(raised.value).startswith(f"cannot write {path}: ")
     assert path.read_bytes() == earlier  # before: its first 4096 bytes of the new table
     assert sorted(p.name for p in tmp_path.iterdir()) == ["betas.csv"]  # no partial file left

@@ -25,8 +25,6 @@ import errno
 import fcntl
 import http.client
 import os
-import resource
-import signal
 import socket
 import threading
 import tomllib
@@ -44,7 +42,7 @@ from dlperf.errors import UserError
 from dlperf.paths import told
 from dlperf.store import RunStore
 from tests.analytic.test_devices import device
-from tests.conftest import CliResult
+from tests.conftest import CliResult, file_size_limit
 from tests.deploy.test_server import infer_body, running, tiny_classifier
 from tests.faults.test_break_it_26_stops import BASE, _stop
 
@@ -60,15 +58,8 @@ def test_a_device_file_write_that_fails_leaves_the_users_devices_whole(tmp_path:
     for i in range(40):
         save_device(device(name=f"lab{i}"), path)
     before = path.read_bytes()
-    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
-    xfsz = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails, the test lives
-    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before), limits[1]))
-    try:
-        with pytest.raises(OSError) as caught:
-            save_device(device(name="calbox"), path)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
-        signal.signal(signal.SIGXFSZ, xfsz)
+    with file_size_limit(len(before)), pytest.raises(OSError) as caught:
+        save_device(device(name="calbox"), path)
     assert caught.value.errno == errno.EFBIG
     said, bad = told(caught.value)
     assert said.startswith(f"cannot use {path}: File too large (") and not bad, said
