@@ -42,25 +42,52 @@ DET_LABELS = [1, 2, 5]
 OPSET = [helper.make_opsetid("", 17)]  # IR 10: what every onnxruntime of recent years reads
 
 
-def tiny_classifier(path: Path, batch: int | str = "N") -> Path:
-    """input [batch, 3, 8, 8] -> Flatten -> Gemm -> logits [batch, 3], plus dlperf metadata."""
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.normal(size=(3 * SIZE * SIZE, 3)).astype(np.float32), "W")
-    bias = numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32), "B")
+def flat_classifier(
+    path: Path,
+    channels: int,
+    classes: int,
+    name: str,
+    *,
+    batch: int | str = "N",
+    std: float = 0.5,
+    labels: list[str] | None = None,
+    seed: int = 0,
+    bias: list[float] | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+) -> Path:
+    """input [batch, channels, 8, 8] -> Flatten -> Gemm -> logits [batch, classes] (weights
+    drawn from `seed`, `bias` or zeros), plus dlperf's metadata naming model `name` (pixels
+    normalized by mean 0.5 and `std`): written with onnx's helper, as export would write a
+    flat classifier, in a fraction of an export's time."""
+    weight = np.random.default_rng(seed).normal(size=(channels * SIZE * SIZE, classes))
     graph = helper.make_graph(
         [
             helper.make_node("Flatten", ["input"], ["flat"], axis=1),
             helper.make_node("Gemm", ["flat", "W", "B"], ["logits"]),
         ],
-        "tiny",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, SIZE, SIZE])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
-        [weight, bias],
+        name,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, channels, SIZE, SIZE])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
+        [
+            numpy_helper.from_array(weight.astype(np.float32), "W"),
+            numpy_helper.from_array(np.array(bias or [0.0] * classes, np.float32), "B"),
+        ],
     )
     onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
-    pre = meta.Preprocess((SIZE, SIZE), 3, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
-    meta.save(path, meta.ModelMeta("classification", "tiny", "input", (3, SIZE, SIZE), pre, LABELS))
+    pre = meta.Preprocess((SIZE, SIZE), channels, (0.5,) * channels, (std,) * channels)
+    shape = (channels, SIZE, SIZE)
+    kept = meta.ModelMeta(
+        "classification", name, "input", shape, pre, labels or [], model_kwargs=model_kwargs
+    )
+    meta.save(path, kept)
     return path
+
+
+def tiny_classifier(path: Path, batch: int | str = "N") -> Path:
+    """input [batch, 3, 8, 8] -> Flatten -> Gemm -> logits [batch, 3], plus dlperf metadata."""
+    return flat_classifier(
+        path, 3, 3, "tiny", batch=batch, std=0.25, labels=LABELS, bias=[0.1, -0.2, 0.3]
+    )
 
 
 def plain_model(path: Path, batch: int | str = "N") -> Path:

@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from PIL import Image
 
 from dlperf.store import RunStore
 from tests.conftest import REPO, TINY, CliResult
-from tests.deploy.test_server import OPSET
+from tests.deploy.test_server import flat_classifier
 
 POLLUX = REPO / "tests" / "fixtures" / "pollux" / "cifar10_validation-128.csv"
 NOT_STORED = "no run 42 in the store"
@@ -577,27 +576,8 @@ def onnx_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     smallcnn (what `infer bench` rebuilds), for the cases that need a model: written with
     onnx's helper (Flatten, one linear layer), not exported (most of the first case's time),
     as each case is refused before a graph's weights matter."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from dlperf.deploy import meta
-
     path = tmp_path_factory.mktemp("bad_inputs") / "small.onnx"
-    weight = np.random.default_rng(0).normal(size=(64, 10)).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("Flatten", ["input"], ["flat"], axis=1),
-            helper.make_node("Gemm", ["flat", "W", "B"], ["logits"]),
-        ],
-        "small",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 8, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
-        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(np.zeros(10, "f4"), "B")],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
-    pre = meta.Preprocess((8, 8), 1, (0.5,), (0.5,))
-    small = meta.ModelMeta("classification", "smallcnn", "input", (1, 8, 8), pre, model_kwargs={})
-    meta.save(path, small)
-    return path
+    return flat_classifier(path, 1, 10, "smallcnn", model_kwargs={})
 
 
 def write_inputs(root: Path) -> None:

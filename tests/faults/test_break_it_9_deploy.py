@@ -24,7 +24,7 @@ from dlperf.deploy.server import create_app
 from dlperf.errors import UserError
 from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult
-from tests.deploy.test_server import OPSET, running
+from tests.deploy.test_server import OPSET, flat_classifier, running
 
 MODELS = """
 import torch
@@ -107,25 +107,7 @@ def exported(cli: Callable[..., CliResult], models: str, channels: int, out: str
     """A classifier of (channels, 8, 8) images into 10 classes, any batch, as export writes
     models.py:flat (Flatten, one linear layer; pixels normalized by 0.5 and 0.5), written with
     onnx's helper: the tests are of reading images, and an export took most of their time."""
-    rng = np.random.default_rng(channels)
-    weight = rng.normal(size=(channels * 64, 10)).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("Flatten", ["input"], ["flat"], axis=1),
-            helper.make_node("Gemm", ["flat", "W", "B"], ["logits"]),
-        ],
-        "flat",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", channels, 8, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
-        [
-            numpy_helper.from_array(weight, "W"),
-            numpy_helper.from_array(np.zeros(10, np.float32), "B"),
-        ],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), out)
-    pre = meta.Preprocess((8, 8), channels, (0.5,) * channels, (0.5,) * channels)
-    meta.save(Path(out), meta.ModelMeta("classification", "flat", "input", (channels, 8, 8), pre))
-    return Path(out)
+    return flat_classifier(Path(out), channels, 10, "flat", seed=channels)
 
 
 def png(mode: str, path: Path | None = None) -> bytes:
