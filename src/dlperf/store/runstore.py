@@ -141,6 +141,7 @@ PG_IDLE_CLOSED = "57P05"
 # A write PostgreSQL refused: a trigger's RAISE EXCEPTION (integrity.PG_RAISED), class 23 (a
 # constraint violated).
 PG_CONSTRAINT_CLASS = "23"
+PG_IDS_USED_UP = "2200H"  # sequence_generator_limit_exceeded: a table's row ids have run out
 UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
     "attributes (lsattr), the mount, or the database's permissions"
@@ -1072,6 +1073,43 @@ def _pg_lock_timeout(name: str, context: ExceptionContext) -> BaseException | No
     return _pg_locked(name, conn.info.get(LOCK_WAIT, BUSY_TIMEOUT_S) if conn else BUSY_TIMEOUT_S)
 
 
+class IdsUsedUp(UserError):
+    """A table of a PostgreSQL store whose row ids have run out: not the user's input, so exit
+    code 1, but one line (as StoreLocked)."""
+
+    exit_code = 1
+
+
+def _ids_used_up(name: str, context: ExceptionContext) -> BaseException | None:
+    """SQLAlchemy's `handle_error` hook of a PostgreSQL store once it has opened: an INSERT
+    whose table's sequence is at its maximum says so in one line, with the fix, not psycopg's
+    traceback and the whole INSERT. metrics.id is 64-bit in a store made now; one made before
+    has a SERIAL, used up after 2^31 metric rows ever written (a deleted run's are not
+    reused), which every `dlperf run` and `dlperf.track` met from then on."""
+    orig = context.original_exception
+    if getattr(orig, "sqlstate", None) != PG_IDS_USED_UP:
+        return None
+    said = "; ".join(line.strip() for line in str(orig).splitlines() if line.strip())
+    table = re.match(r"\s*INSERT\s+INTO\s+\"?(\w+)", context.statement or "", re.IGNORECASE)
+    sequence = re.search(r'sequence "([^"]+)" \((\d+)\)', said)
+    if table is None or sequence is None:
+        return IdsUsedUp(f"run store {name}: {said}")
+    where, (seq, top) = table[1], sequence.groups()
+    hint = (
+        # The column and its sequence both: a bigint sequence alone fails at the column
+        f"widen them (this rewrites the table): ALTER TABLE {where} ALTER COLUMN id TYPE "
+        f"bigint; ALTER SEQUENCE {seq} AS bigint"
+        if where == Metric.__tablename__
+        # No store writes 2^31 runs, studies or artifacts: the sequence was set by hand.
+        else f"its sequence was set near its end by hand: SELECT setval('{seq}', "
+        f"(SELECT max(id) FROM {where}))"
+    )
+    return IdsUsedUp(
+        f"run store {name}: table {where} has used up its row ids (sequence {seq} reached {top})",
+        hint,
+    )
+
+
 def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError:
     """The line for a PostgreSQL store that must be written to open (an older store to
     migrate, an empty one to make) in a read-only session (default_transaction_read_only=on,
@@ -1824,6 +1862,7 @@ class RunStore:
                 event.listen(engine, "handle_error", cancelled)
                 locked = functools.partial(_pg_lock_timeout, name)
                 event.listen(engine, "handle_error", locked)
+                event.listen(engine, "handle_error", functools.partial(_ids_used_up, name))
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)

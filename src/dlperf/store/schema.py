@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Table, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -70,7 +81,11 @@ class Run(Base):
 
 class Metric(Base):
     __tablename__ = "metrics"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # 64-bit on PostgreSQL (BIGSERIAL), as SQLite's rowid is: a store takes a row per logged
+    # value and never reuses the ids of deleted runs' rows, and a SERIAL's 2^31 ran out. On
+    # SQLite INTEGER, which alone makes the column the rowid. Stores made before keep their
+    # SERIAL (widening rewrites the table): RunStore says how to widen it once it runs out.
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
     key: Mapped[str] = mapped_column(String(100))
     step: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,100 @@
+"""Break-it round 33, P3 (the run store), causes C1 and C2.
+
+C1. A PostgreSQL store's metric row ids were 32-bit (SERIAL): once 2^31 metric rows had ever
+    been written (ids of deleted runs' rows are not reused), every `dlperf run` and
+    `dlperf.track` was a 39-frame traceback of SequenceGeneratorLimitExceeded, where SQLite's
+    64-bit rowid goes on. A new store's metrics.id is 64-bit (BIGSERIAL; SQLite's stays its
+    rowid); a store made before keeps its 32-bit ids, read and written as before, and when
+    they are used up says so in one line with the ALTER that widens them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from dlperf.errors import UserError
+from dlperf.store import RunStore
+from tests.conftest import fresh_store_url
+
+NEAR_INT4_MAX = 2**31 - 8  # a store that has taken that many metric rows in its life
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "bk33_store")
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url("postgresql", tmp_path, "bk33_store")
+
+
+def _sql(url: str, *statements: str) -> list[Any]:
+    """The rows of the last of `statements`, run in one transaction."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                result = conn.execute(text(statement))
+            return list(result) if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def _near_the_end(url: str) -> None:
+    """The next metric row id just under 2^31."""
+    if url.startswith("sqlite"):  # the next rowid is the largest one's + 1
+        _sql(url, f"UPDATE metrics SET id = {NEAR_INT4_MAX}")
+    else:
+        _sql(url, f"SELECT setval(pg_get_serial_sequence('metrics', 'id'), {NEAR_INT4_MAX})")
+
+
+def _logged(store: RunStore, run_id: int, steps: range) -> None:
+    store.log_metrics(run_id, [("train/loss", step, 1.0) for step in steps])
+
+
+def test_metric_row_ids_go_past_2_to_the_31_on_both_backends(store_url: str) -> None:
+    store = RunStore.open(store_url)
+    run_id = store.create_run("r", "run", {})
+    _logged(store, run_id, range(1))
+    _near_the_end(store_url)
+    _logged(store, run_id, range(1, 21))
+    assert _sql(store_url, "SELECT count(*), max(id) FROM metrics") == [(21, NEAR_INT4_MAX + 20)]
+    assert [step for step, _ in store.metrics(run_id, "train/loss")] == list(range(21))
+    store.engine.dispose()
+
+
+def test_a_postgresql_store_of_32_bit_metric_ids_is_written_until_they_are_used_up_then_says_how_to_widen_them(  # noqa: E501
+    pg_url: str,
+) -> None:
+    # metrics.id as a store made before this change has it: SERIAL
+    RunStore.open(pg_url).engine.dispose()
+    sequence = "pg_get_serial_sequence('metrics', 'id')"
+    _sql(
+        pg_url,
+        "ALTER TABLE metrics ALTER COLUMN id TYPE integer",
+        f"DO $$ BEGIN EXECUTE 'ALTER SEQUENCE ' || {sequence} || ' AS integer'; END $$",
+    )
+    store = RunStore.open(pg_url)
+    run_id = store.create_run("r", "run", {})
+    _logged(store, run_id, range(1))
+    _near_the_end(pg_url)
+    with pytest.raises(UserError) as e:
+        _logged(store, run_id, range(1, 21))
+    assert e.value.message.startswith("run store postgresql+psycopg://")
+    assert e.value.message.endswith(
+        ": table metrics has used up its row ids (sequence metrics_id_seq reached 2147483647)"
+    )
+    assert e.value.exit_code == 1 and e.value.hint is not None
+    assert e.value.hint.startswith("widen them (this rewrites the table): ALTER TABLE metrics")
+    _sql(pg_url, *e.value.hint.partition(": ")[2].split("; "))  # the fix as given
+    _logged(store, run_id, range(1, 21))
+    # the failed INSERT's ids are not reused
+    [(count, largest)] = _sql(pg_url, "SELECT count(*), max(id) FROM metrics")
+    assert count == 21 and largest > 2**31
+    store.engine.dispose()
