@@ -2227,7 +2227,7 @@ def _npz_array(
     no array), more than the member holds (a damaged header's shape numpy cannot allocate
     was "out of memory"), or images that do not fit in memory (`_npz_fits`); or where it is
     no .npy file at all, whose bytes numpy hands over."""
-    member = key if key in archive.zip.namelist() else f"{key}.npy"  # as NpzFile finds it
+    member = _member(archive, key)
     header = _npy_header(archive, member)
     if header is not None:
         shape, dtype, held = header
@@ -2303,6 +2303,43 @@ def _npz_fits(
             "streamed",
             f"set data.max_memory_gb = {_up(images / 2**30):g} or more, or data.in_memory = true",
         )
+
+
+def _member(archive: Any, key: str) -> str:
+    """The zip member of the open .npz `archive` that numpy reads as its array `key`."""
+    return key if key in archive.zip.namelist() else f"{key}.npy"  # as NpzFile finds it
+
+
+def _unread(
+    path: str | Path,
+    headers: dict[str, tuple[tuple[int, ...], np.dtype[Any], int] | None],
+    named_classes: bool,
+    count: int | None,
+) -> list[str]:
+    """Lines naming the arrays of the .npz `path` that dlperf does not read (`headers`, each
+    its .npy header): dropped without a word, names saved as `names` or CIFAR's `label_names`
+    made the classes 0, 1, ... of the run, its export and infer. An array that holds names
+    (1-D text, of the `count` classes the labels make where known), in a file without
+    'classes' (`named_classes`), is told to be saved as that; the others are named in one
+    line."""
+    named: list[str] = []
+    other: list[str] = []
+    for key, header in headers.items():
+        # a header that does not read holds no names that dlperf can tell
+        shape, dtype = header[:2] if header is not None else ((), np.dtype(object))
+        text = len(shape) == 1 and dtype.kind in "US"  # str or bytes
+        names = text and not named_classes and count in (None, shape[0])
+        (named if names else other).append(key)
+    lines = [
+        f"{path}: its array '{key}' is not read: dlperf takes class names from 'classes' "
+        f"(save classes={key})"
+        for key in named
+    ]
+    if other:
+        many = len(other) > 1
+        said = f"arrays {_and([repr(k) for k in other])} are" if many else f"array {other[0]!r} is"
+        lines.append(f"{path}: its {said} not read: dlperf reads 'images', 'labels' and 'classes'")
+    return lines
 
 
 def _npy_header(archive: Any, member: str) -> tuple[tuple[int, ...], np.dtype[Any], int] | None:
@@ -2454,6 +2491,7 @@ def read_npz(
     every_class: bool = False,
     pool: bool = False,
     max_memory_gb: float | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names).
@@ -2462,7 +2500,8 @@ def read_npz(
     unlabelled images, whose labels only measure the selection) a label of -1 marks an image
     without one, as STL-10's unlabelled split and scikit-learn's semi-supervised estimators
     mark it: all -1 is a file without labels. Images that cannot be loaded in the machine's
-    memory, or take more than `max_memory_gb`, are refused before they are read."""
+    memory, or take more than `max_memory_gb`, are refused before they are read. A line for
+    each array not read is appended to `notes` where given, for the caller to warn."""
     text = str(path)
     bare = text.rstrip("/" + os.sep)
     if bare and bare != text and os.path.isfile(bare):  # Path("ok.npz/") drops the slash
@@ -2496,6 +2535,7 @@ def read_npz(
             _one_of_each(path, f)
             arrays = {k: _npz_array(path, f, k, max_memory_gb) for k in _NPZ_KEYS if k in f.files}
             files = list(f.files)
+            others = {k: _npy_header(f, _member(f, k)) for k in files if k not in _NPZ_KEYS}
     except PermissionError as e:  # the file is fine: writing it again is no fix
         raise _unreadable(path, "the file", e) from None
     except (
@@ -2551,6 +2591,10 @@ def read_npz(
         if every_class and not names:
             _imageless(path, labels)
         names = names or [str(i) for i in range(int(labels.max()) + 1)]
+    if notes is not None:
+        known = labels[labels != -1] if labels is not None and pool else labels
+        count = int(known.max()) + 1 if known is not None and len(known) else None
+        notes += _unread(path, others, "classes" in arrays, count)
     held = _tensor(labels.astype(np.int64)) if labels is not None else None
     return _tensor(images), held, names
 
@@ -2567,7 +2611,9 @@ def _npz_limit(cfg: DataConfig) -> float | None:
 
 def npz(cfg: DataConfig) -> ImageData:
     """uint8 images N,C,H,W and integer labels in a .npz file (data.root), class names optional."""
-    images, labels, classes = read_npz(cfg.root, every_class=True, max_memory_gb=_npz_limit(cfg))
+    notes: list[str] = []
+    limit = _npz_limit(cfg)
+    images, labels, classes = read_npz(cfg.root, every_class=True, max_memory_gb=limit, notes=notes)
     if not len(images):  # else "no training images after the split", naming no file
         raise UserError(
             f"{cfg.root} holds 0 images ('images' of shape {tuple(images.shape)})",
@@ -2576,8 +2622,11 @@ def npz(cfg: DataConfig) -> ImageData:
     if labels is None:
         raise UserError(f"{cfg.root}: has no 'labels' array to train on")
     train, val, test = _three_way(Split(labels, images), cfg, str(cfg.root))
-    shape = tuple(images.shape[1:])
-    return ImageData("npz", train, val, test, len(classes), shape, classes=classes, pool=labels)  # type: ignore[arg-type]
+    channels, height, width = images.shape[1:]  # read_npz checked N,C,H,W
+    shape = (channels, height, width)
+    return ImageData(
+        "npz", train, val, test, len(classes), shape, classes=classes, pool=labels, notes=notes
+    )
 
 
 DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
