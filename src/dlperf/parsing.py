@@ -167,13 +167,29 @@ def unprintable_key(key: str, what: str) -> str | None:
     )
 
 
+def nameable(key: str) -> bool:
+    """Whether `--where KEY=VALUE` can name `key`: not blank (an empty KEY is refused, and
+    white space at its edges is taken for spacing), and without `=`, which it splits on."""
+    return bool(key.strip()) and "=" not in key
+
+
 def printable_key(key: str, what: str) -> None:
-    """Refuse, in `unprintable_key`'s words, a key holding a control or format character:
-    the one check of metric keys, phase names, tag keys and config keys, from every path
+    """Refuse, in `unprintable_key`'s words, a key holding a control or format character,
+    and one that is blank or holds `=` (`nameable`): stored, no --where could name it. The
+    one check of metric keys, phase names, tag keys and config keys, from every path
     (dlperf.track, an experiment file, --set, a sweep's point, the store itself)."""
     fault = unprintable_key(key, what)
     if fault is not None:
         raise UserError(fault, PRINTABLE_HINT)
+    if not key.strip():
+        raise UserError(
+            f"{what} is blank", "give it a name: --where and tables name its value by it"
+        )
+    if "=" in key:
+        raise UserError(
+            f"{what} holds '=', which --where KEY=VALUE splits on: no --where could name it",
+            "write it without '='",
+        )
 
 
 def subscripted(name: str) -> Callable[[tuple[str, ...]], str]:

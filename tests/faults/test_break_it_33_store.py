@@ -6,20 +6,30 @@ C1. A PostgreSQL store's metric row ids were 32-bit (SERIAL): once 2^31 metric r
     64-bit rowid goes on. A new store's metrics.id is 64-bit (BIGSERIAL; SQLite's stays its
     rowid); a store made before keeps its 32-bit ids, read and written as before, and when
     they are used up says so in one line with the ALTER that widens them.
+C2. `dlperf.track` (and the store itself) stored config keys that are empty or blank, and
+    config, metric and tag keys holding `=`, which no `--where KEY=VALUE` can name (it splits
+    on the first `=`, and refuses an empty key); `--where`'s did-you-mean then offered the
+    stored `final.train/a=b`, the very key that had failed. Such keys are refused up front in
+    one line, as keys holding a control character are (`parsing.printable_key`), and a key
+    `--where` cannot name is never offered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 
+import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import fresh_store_url
+from tests.conftest import CliResult, fresh_store_url
+
+Cli = Callable[..., CliResult]
 
 NEAR_INT4_MAX = 2**31 - 8  # a store that has taken that many metric rows in its life
 
@@ -98,3 +108,62 @@ def test_a_postgresql_store_of_32_bit_metric_ids_is_written_until_they_are_used_
     [(count, largest)] = _sql(pg_url, "SELECT count(*), max(id) FROM metrics")
     assert count == 21 and largest > 2**31
     store.engine.dispose()
+
+
+# A config, and the line refusing it: as stored, no --where could name the key.
+UNNAMEABLE_CONFIGS = [
+    ({"k=v": 6}, "key config['k=v'] holds '=', which --where KEY=VALUE splits on"),
+    ({"": 1}, "key config[''] is blank"),
+    ({" ": 2}, "key config[' '] is blank"),
+    ({"opt": {"a=b": 1}}, "key config['opt']['a=b'] holds '=', which --where KEY=VALUE"),
+]
+
+
+@pytest.mark.parametrize(("config", "line"), UNNAMEABLE_CONFIGS)
+def test_track_refuses_a_config_key_no_where_could_name(
+    tmp_path: Path, config: dict[str, Any], line: str
+) -> None:
+    db = tmp_path / "s.db"
+    with (
+        pytest.raises(UserError, match=re.escape(line)) as e,
+        dlperf.track("m", config=config, store=str(db)),
+    ):
+        pass
+    assert "\n" not in str(e.value) and not db.exists()  # refused before the store is made
+
+
+def test_track_refuses_a_metric_key_holding_an_equals_sign(tmp_path: Path) -> None:
+    with dlperf.track("m", store=str(tmp_path / "s.db")) as run:
+        with pytest.raises(UserError, match=re.escape("metric key 'a=b' holds '='")):
+            run.log(0, **{"a=b": 1.0})
+        with pytest.raises(UserError, match=re.escape("metric key ' ' is blank")):
+            run.log(0, **{" ": 1.0})
+        run.log(0, loss=1.0)  # the run goes on
+
+
+def test_the_store_refuses_keys_no_where_could_name_on_both_backends(store_url: str) -> None:
+    store = RunStore.open(store_url)
+    for config, line in UNNAMEABLE_CONFIGS:
+        with pytest.raises(UserError, match=re.escape(line)):
+            store.create_run("m", "run", config)
+    run_id = store.create_run("m", "run", {"k": 1})
+    with pytest.raises(UserError, match=re.escape("metric key 'train/a=b' holds '='")):
+        store.log_metrics(run_id, [("train/a=b", 0, 1.0)])
+    with pytest.raises(UserError, match=re.escape("tag key 'x=y' holds '='")):
+        store.set_tags(run_id, {"x=y": "z"})
+    assert _sql(store_url, "SELECT count(*) FROM runs") == [(1,)]
+    assert _sql(store_url, "SELECT count(*) FROM metrics") == [(0,)]
+    store.engine.dispose()
+
+
+def test_where_never_offers_a_stored_key_it_cannot_name(cli: Cli, db: str) -> None:
+    # a key stored before it was refused
+    with dlperf.track("m", config={"opt": {"ab": 1}}, store=db):
+        pass
+    _sql(db, """UPDATE runs SET config = '{"opt": {"a=b": 1}}'""")
+    result = cli("runs", "list", "--where", "opt.a=b=1")
+    assert result.code == 2
+    assert result.err == (
+        "error: --where: unknown key 'opt.a' (keys: config keys (model.name, train.lr), status, "
+        "kind, name, summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME)\n"
+    )

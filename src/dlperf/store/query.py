@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt, scaled
-from dlperf.parsing import did_you_mean, flatten, has_control, name_text
+from dlperf.parsing import did_you_mean, flatten, has_control, name_text, nameable
 from dlperf.procs import process_alive
 from dlperf.procs import stopped as is_stopped
 from dlperf.store.record import LOST
@@ -612,14 +612,18 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     for run in runs:
         known |= set(_summary_keys(run)) | set(flatten(run.config))
         tags |= {f"tag.{t}" for t in run.tags}
+    # A hint never offers a key --where cannot name (stored before such keys were refused):
+    # offered `final.train/a=b` for `final.train/a=b=1`, which had failed on that very key.
+    offered = {k for k in known if nameable(k)}
     for key in (c.key for c in conditions):
         if key.startswith("tag.") and key not in tags:
-            hint = did_you_mean(key, tags, "set one with `dlperf runs tag ID KEY=VALUE`")
+            named = {t for t in tags if nameable(t[4:])}
+            hint = did_you_mean(key, named, "set one with `dlperf runs tag ID KEY=VALUE`")
             raise UserError(f"--where {key}: no listed run has tag {key[4:]!r}", hint)
         if not key.startswith("tag.") and key not in known:
             hint = did_you_mean(
                 key,
-                _near(key, known),
+                _near(key, offered),
                 "keys: config keys (model.name, train.lr), status, kind, name, "
                 "summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME",
                 quote=True,
