@@ -178,7 +178,24 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
     if isinstance(value, (list, tuple)):
         faults = (_json_fault(v, f"{at}[{i}]", level + 1) for i, v in enumerate(value))
         return next((f for f in faults if f is not None), None)
-    return UserError(f"config{at} is not JSON-serialisable ({type(value).__name__})", _VALUES)
+    kind = type(value)
+    name = (
+        kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    )
+    return UserError(f"config{at} is not JSON-serialisable ({name})", _held_number(value))
+
+
+def _held_number(value: Any) -> str:
+    """The fix for a config value that is not JSON: a NumPy number (np.int64(32), np.bool_)
+    or a 0-d tensor holds a Python number, given by `.item()` ("give numbers" told someone
+    who gave one); else _VALUES."""
+    try:
+        plain = value.item()
+    except Exception:  # no item(), or not one element: the fix is not item()
+        return _VALUES
+    if not isinstance(plain, bool | int | float):
+        return _VALUES
+    return f"give the Python value it holds: .item() gives {plain!r}"
 
 
 def _clash(config: dict[str, Any], name: str) -> None:

@@ -12,6 +12,8 @@ C2. `dlperf.track` (and the store itself) stored config keys that are empty or b
     stored `final.train/a=b`, the very key that had failed. Such keys are refused up front in
     one line, as keys holding a control character are (`parsing.printable_key`), and a key
     `--where` cannot name is never offered.
+C3. `track(config=...)` refused a NumPy number with "give numbers" (np.int64(32) is one) and
+    named np.bool_ "bool": the type is named as NumPy's, and the fix is `.item()`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -167,3 +170,20 @@ def test_where_never_offers_a_stored_key_it_cannot_name(cli: Cli, db: str) -> No
         "error: --where: unknown key 'opt.a' (keys: config keys (model.name, train.lr), status, "
         "kind, name, summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "name", "plain"),
+    [(np.int64(32), "numpy.int64", "32"), (np.bool_(True), "numpy.bool", "True"),
+     (np.float32(0.5), "numpy.float32", "0.5")],
+)  # fmt: skip
+def test_track_names_a_numpy_number_in_a_config_as_numpy_s_and_the_fix_that_works(
+    tmp_path: Path, value: Any, name: str, plain: str
+) -> None:
+    with (
+        pytest.raises(UserError) as e,
+        dlperf.track("m", config={"batch": value}, store=str(tmp_path / "s.db")),
+    ):
+        pass
+    assert e.value.message == f"config['batch'] is not JSON-serialisable ({name})"
+    assert e.value.hint == f"give the Python value it holds: .item() gives {plain}"
