@@ -211,10 +211,10 @@ def test_the_detector_to_fine_tune_takes_its_size_and_must_know_the_classes(
     sizes: list[int | None] = []
 
     def build(
-        name: str, classes: int, weights: Path | None, size: int | None, labels: list[str]
+        name: str, weights: Path | None, size: int | None, fallback_labels: list[str]
     ) -> Detector:
         sizes.append(size)
-        known = ["bg", "x"] if weights else labels  # weights bring their own classes
+        known = ["bg", "x"] if weights else fallback_labels  # weights bring their own classes
         return Detector(None, name, size or 320, known)
 
     monkeypatch.setattr(finetune.ssd, "build", build)

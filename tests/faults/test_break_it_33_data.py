@@ -4,6 +4,10 @@ C1. An .npz's class names saved under another key (`names`, CIFAR's `label_names
     dropped without a word: the run, its export and infer called the classes 0, 1, ... Every
     member dlperf does not read is now named in a warning of `run` and `data describe`, and
     one holding names is told to be saved as `classes`.
+C2. `detect finetune --weights` of a dlperf checkpoint trained on other class names (the same
+    count) took its heads by position: the set's names replaced the checkpoint's before they
+    were compared, so the refusal was dead, and its "before" AP disagreed with `detect eval`.
+    The checkpoint's own names are compared with the set's now.
 """
 
 from __future__ import annotations
@@ -13,9 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 from dlperf.data import sources
+from dlperf.detect import ssd
 from tests.conftest import CliResult
+from tests.faults.test_break_it_21_detect import shapes
+from tests.faults.test_break_it_24_detect import finetune, refused_before_training
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 
@@ -67,3 +77,32 @@ def test_npz_arrays_not_read_are_said_in_one_line(tmp_path: Path) -> None:
     ]
     sources.read_npz(pets(tmp_path / "r.npz", classes=np.array(["a", "b"])), notes=(notes := []))
     assert notes == []
+
+
+# --- C2: finetune from weights of other class names ----------------------------------------------
+
+
+@pytest.mark.faults  # two detectors built and one fine-tuned: over 10 s under load
+def test_finetune_refuses_weights_trained_on_other_class_names(cli: Cli, tmp_path: Path) -> None:
+    """make-shapes' squares and discs, the checkpoint's classes asquare and disc. Before: no
+    refusal, its disc head trained as the set's square and its asquare head as disc."""
+    root = shapes(tmp_path)
+    weights = tmp_path / "ckb.pt"
+    torch.manual_seed(0)
+    labels = ["__background__", "asquare", "disc"]
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=labels, size=96)
+    ssd.save_checkpoint(det, weights)
+    out = tmp_path / "w.pt"
+    one_line(
+        finetune(cli, root, out, "--weights", str(weights)),
+        2,
+        f"error: {weights} was trained on ['asquare', 'disc'], this set has ['disc', 'square'] "
+        "(fine-tune from weights of these classes, or leave out --weights to start from random "
+        "ones)",
+    )
+    refused_before_training(cli, out)
+    # a set of the checkpoint's own names fine-tunes from it
+    for xml in (root / "Annotations").glob("*.xml"):
+        xml.write_text(xml.read_text().replace("<name>square<", "<name>asquare<"))
+    r = finetune(cli, root, out, "--weights", str(weights))
+    assert r.code == 0, r.err

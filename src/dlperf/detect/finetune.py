@@ -396,7 +396,9 @@ def _detector(
     else `default_size` of the training images."""
     size = cfg.size or (None if weights else default_size(cfg.model, train_set))
     try:
-        det = ssd.build(cfg.model, len(labels), weights, size=size, labels=labels)
+        # the weights' own names, where they have any, to compare with the set's below: given
+        # as `labels` they named the weights' heads by position, and no check could fail
+        det = ssd.build(cfg.model, weights=weights, size=size, fallback_labels=labels)
     except ssd.OtherClasses as e:  # the count is the set's: --num-classes is export's
         names = f"this set names {len(labels) - 1} ({', '.join(labels[1:])})"
         raise UserError(
@@ -405,5 +407,9 @@ def _detector(
             "random ones",
         ) from None
     if det.labels != labels:
-        raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
+        raise UserError(
+            f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}",
+            "fine-tune from weights of these classes, or leave out --weights to start from "
+            "random ones",
+        )
     return det
