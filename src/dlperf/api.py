@@ -26,6 +26,7 @@ from collections import ChainMap, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -315,9 +316,11 @@ def _step(step: Any) -> int:
     if not isinstance(value, bool):
         with suppress(TypeError):
             return operator.index(value)
-        with suppress(OverflowError):  # float() of a Fraction past a float's range
-            if isinstance(value, numbers.Real) and float(value).is_integer():  # not NaN, inf
-                return int(float(value))
+        # float() of a Fraction past a float's range; of a signalling NaN Decimal
+        with suppress(OverflowError, ValueError):
+            # A Decimal is no numbers.Real, yet Decimal("10") is as whole as Fraction(20, 2)
+            if isinstance(value, numbers.Real | Decimal) and float(value).is_integer():
+                return int(float(value))  # is_integer(): not NaN, inf
     raise UserError(f"a step is a whole number, got {as_given(step)}")
 
 

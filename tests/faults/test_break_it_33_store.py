@@ -14,12 +14,15 @@ C2. `dlperf.track` (and the store itself) stored config keys that are empty or b
     `--where` cannot name is never offered.
 C3. `track(config=...)` refused a NumPy number with "give numbers" (np.int64(32) is one) and
     named np.bool_ "bool": the type is named as NumPy's, and the fix is `.item()`.
+C4. `log(Decimal('10'), ...)` was refused as "a step is a whole number, got Decimal('10')": a
+    whole Decimal is taken as a step, as a whole Fraction or float is.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +190,15 @@ def test_track_names_a_numpy_number_in_a_config_as_numpy_s_and_the_fix_that_work
         pass
     assert e.value.message == f"config['batch'] is not JSON-serialisable ({name})"
     assert e.value.hint == f"give the Python value it holds: .item() gives {plain}"
+
+
+def test_log_takes_a_whole_decimal_step_and_refuses_the_rest_in_one_line(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    with dlperf.track("m", store=db) as run:
+        run.log(Decimal("10"), loss=1.0)
+        run.log(Decimal("1.1E+1"), loss=1.0)
+        for step in (Decimal("10.5"), Decimal("NaN"), Decimal("sNaN"), Decimal("Infinity")):
+            with pytest.raises(UserError, match=r"^a step is a whole number, got Decimal\("):
+                run.log(step, loss=1.0)
+        run_id = run.id
+    assert [step for step, _ in RunStore.open(db).metrics(run_id, "train/loss")] == [10, 11]
