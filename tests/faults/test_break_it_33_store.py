@@ -16,6 +16,9 @@ C3. `track(config=...)` refused a NumPy number with "give numbers" (np.int64(32)
     named np.bool_ "bool": the type is named as NumPy's, and the fix is `.item()`.
 C4. `log(Decimal('10'), ...)` was refused as "a step is a whole number, got Decimal('10')": a
     whole Decimal is taken as a step, as a whole Fraction or float is.
+C5. `runs compare` and the plots' legends listed config keys as differing whose values are
+    equal as `--where` judges them (1 and 1.0, 0.0 and -0.0), by their repr: they are
+    judged as `--where` judges, a bool still apart from a number.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from sqlalchemy import create_engine, text
 
 import dlperf
 from dlperf.errors import UserError
+from dlperf.report.runs import legend_labels
 from dlperf.store import RunStore
+from dlperf.store.query import compare, select
 from tests.conftest import CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
@@ -202,3 +207,18 @@ def test_log_takes_a_whole_decimal_step_and_refuses_the_rest_in_one_line(tmp_pat
                 run.log(step, loss=1.0)
         run_id = run.id
     assert [step for step, _ in RunStore.open(db).metrics(run_id, "train/loss")] == [10, 11]
+
+
+def test_compare_and_legends_judge_config_values_equal_as_where_does(store_url: str) -> None:
+    store = RunStore.open(store_url)
+    configs = [
+        {"lr": 1, "w": 0.0, "flag": True, "n": 1, "xs": [1, 2]},
+        {"lr": 1.0, "w": -0.0, "flag": 1, "n": 2, "xs": [1.0, 2]},
+    ]
+    ids = [store.create_run(f"r{i}", "run", config) for i, config in enumerate(configs)]
+    assert select(store.list_runs(), ["lr=1", "w=0.0"]) == store.list_runs()  # both, as before
+    # a bool is never a number, as --where holds (flag=1 selects run 2 alone)
+    assert compare(store, ids).config_diff == {"flag": [True, 1], "n": [1, 2]}
+    labels = legend_labels(store.list_runs())
+    assert all(label.endswith(("(flag=1, n=2)", "(flag=True, n=1)")) for label in labels)
+    store.engine.dispose()

@@ -26,7 +26,7 @@ from dlperf.parsing import did_you_mean, flatten, one_line
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
-from dlperf.store.query import tracked
+from dlperf.store.query import differing_keys, tracked
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import garbled_metrics
 from dlperf.store.schema import Metric
@@ -165,8 +165,7 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
     config keys whose values differ between the runs (MOST_KEYS of them, then how many more),
     wrapped between keys into lines of LEGEND_LINE characters."""
     flat = [flatten(r.config or {}) for r in runs]
-    keys = sorted(k for k in set().union(*flat) if k not in UNTOLD
-                  and len({repr(f.get(k)) for f in flat}) > 1)  # fmt: skip
+    keys = [k for k in differing_keys(flat) if k not in UNTOLD]
     labels = []
     for run, config in zip(runs, flat, strict=True):
         label = f"run {run.id}: {one_line(run.name)}"  # a name stored before U+202E was refused

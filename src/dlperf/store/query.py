@@ -602,6 +602,19 @@ def _same(stored: Any, wanted: Any) -> bool:
     return bool(stored == wanted)
 
 
+def differing_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
+    """The keys of flattened `configs` whose values differ (a key missing from one is None
+    there), in order: judged as --where judges a value equal (`_same`: 1 and 1.0, 0.0 and
+    -0.0 are one value, true is not 1). Told apart by repr, `runs compare` and the plots'
+    legends listed `lr │ 1 │ 1` as differing where `--where lr=1` selected both runs."""
+
+    def alike(a: Any, b: Any) -> bool:
+        return b is None if a is None else _same(a, b)  # _same takes None for "null" too
+
+    keys = set().union(*configs)
+    return sorted(k for k in keys if any(not alike(configs[0].get(k), c.get(k)) for c in configs))
+
+
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     """A key no run and no experiment has is bad input, with the closest key as a hint; so is
     a status no run can have, and a kind (`_check_kind`)."""
@@ -800,7 +813,7 @@ def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = No
         raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
     runs = [store.get_run(i) for i in ids]
     flat = [flatten(r.config) for r in runs]
-    differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
+    differing = differing_keys(flat)
     tags: set[str] = set().union(*(r.tags for r in runs))
     # A tracked run's or a scale point's results are its own keys (`runs show` lists them):
     # SUMMARY_KEYS alone, a training run's, gave those runs no results at all. In run order,
