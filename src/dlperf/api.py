@@ -43,6 +43,7 @@ from dlperf.parsing import (
     printable_key,
     printable_keys,
     small_whole_numbers,
+    stored_as,
     subscripted,
 )
 from dlperf.progress import NullReporter
@@ -1221,6 +1222,10 @@ class Store:
         for name in (key, _logged_name(key)):
             if name in stored:
                 return name
+        for name in (key, _logged_name(key)):  # café typed (NFC), stored as cafe\u0301 (NFD)
+            found = stored_as(name, stored)
+            if found is not None:
+                return found
         hint = f"its metrics: {', '.join(stored)}" if stored else "it has no metrics yet"
         raise UserError(f"run {run_id} has no metric {key!r}", hint)
 

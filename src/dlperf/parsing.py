@@ -173,6 +173,18 @@ def nameable(key: str) -> bool:
     return bool(key.strip()) and "=" not in key
 
 
+def same_text(a: str, b: str) -> bool:
+    """Whether `a` and `b` are one text in Unicode's NFC: café typed (NFC) and cafe\u0301
+    copied from a macOS file name (NFD) read alike, and neither found the other."""
+    return a == b or unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b)
+
+
+def stored_as(key: str, stored: Iterable[str]) -> str | None:
+    """The one of `stored` that is `key` in another Unicode normalisation (`same_text`), for
+    a lookup that found no key as given; None where none is."""
+    return next((s for s in stored if same_text(s, key)), None)
+
+
 def printable_key(key: str, what: str) -> None:
     """Refuse, in `unprintable_key`'s words, a key holding a control or format character,
     and one that is blank or holds `=` (`nameable`): stored, no --where could name it. The

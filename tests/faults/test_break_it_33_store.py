@@ -19,11 +19,17 @@ C4. `log(Decimal('10'), ...)` was refused as "a step is a whole number, got Deci
 C5. `runs compare` and the plots' legends listed config keys as differing whose values are
     equal as `--where` judges them (1 and 1.0, 0.0 and -0.0), by their repr: they are
     judged as `--where` judges, a bool still apart from a number.
+C6. A key or name stored in NFD (café copied from a macOS file name) was not found by the
+    same text typed (NFC): "unknown key 'café' (did you mean 'café'?)", and `--where
+    name=café` an empty table. --where, `runs plot --key` and `Store.metrics` take a key in
+    another normalisation as the stored one, and --where compares text in NFC.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -222,3 +228,18 @@ def test_compare_and_legends_judge_config_values_equal_as_where_does(store_url: 
     labels = legend_labels(store.list_runs())
     assert all(label.endswith(("(flag=1, n=2)", "(flag=True, n=1)")) for label in labels)
     store.engine.dispose()
+
+
+def test_a_key_or_name_stored_in_nfd_is_found_by_the_same_text_typed_in_nfc(
+    cli: Cli, db: str, tmp_path: Path
+) -> None:
+    nfd = functools.partial(unicodedata.normalize, "NFD")  # as copied from a macOS file name
+    with dlperf.track(nfd("café"), config={nfd("café"): 1, "x": nfd("thé")}, store=db) as run:
+        run.log(0, **{nfd("val/café"): 1.0})
+    store = RunStore.open(db)
+    runs = store.list_runs()
+    for where in ("café=1", "final.val/café=1", "name=café", "x=thé"):  # typed: NFC
+        assert select(runs, [where]) == runs, where
+    assert dlperf.Store(db).metrics(run.id, "val/café") == [(0, 1.0)]
+    result = cli("runs", "plot", str(run.id), "--key", "val/café", "--out", str(tmp_path / "p.png"))
+    assert result.code == 0, result.err

@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from sqlalchemy import func, select
 
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean, flatten, one_line
+from dlperf.parsing import did_you_mean, flatten, one_line, stored_as
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
@@ -266,6 +266,8 @@ def draw_runs(
     if not stored:
         raise UserError(f"run(s) {which} stored no metrics", "see `dlperf runs show`")
     listing = "stored keys: " + ", ".join(sorted(stored))
+    # café typed (NFC), stored as cafe\u0301 (NFD): the stored key
+    keys = [key if key in stored else stored_as(key, stored) or key for key in keys]
     for key in keys:
         if key not in stored:
             hint = did_you_mean(key, stored, listing)

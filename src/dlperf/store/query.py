@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt, scaled
-from dlperf.parsing import did_you_mean, flatten, has_control, name_text, nameable
+from dlperf.parsing import (
+    did_you_mean,
+    flatten,
+    has_control,
+    name_text,
+    nameable,
+    same_text,
+    stored_as,
+)
 from dlperf.procs import process_alive
 from dlperf.procs import stopped as is_stopped
 from dlperf.store.record import LOST
@@ -494,13 +502,18 @@ class Condition:
         =0.3` selected nothing, without a word. (Taking the typed key first left out, without
         a word, the runs holding `train.lr` where another held `train.lr `.) A key no run
         holds, where one differs from it only by such white space, is refused naming that key
-        (it selected nothing)."""
+        (it selected nothing). A key held in another Unicode normalisation (café typed, NFC;
+        cafe\u0301 stored, NFD) is the held one: the hint offered the look-alike."""
         typed = self.typed or self.key
         if any(_field(r, self.key)[0] for r in runs):
             return self
         if typed != self.key and any(_field(r, typed)[0] for r in runs):
             return replace(self, key=typed)
         held = {k for run in runs for k in (*_summary_keys(run), *flatten(run.config))}
+        held |= {f"tag.{t}" for run in runs for t in run.tags}
+        stored = stored_as(self.key, held)  # café typed (NFC), stored as cafe\u0301 (NFD)
+        if stored is not None:
+            return replace(self, key=stored)
         alike = sorted(k for k in held if k != self.key and _unspaced(k) == _unspaced(typed))
         if alike:
             raise UserError(
@@ -518,10 +531,11 @@ class Condition:
         # int 123 and `name=2026-11-27` a date, and `name= lead` was stripped, so they
         # selected nothing though the table showed those names. A tag is read as TOML too
         # (tag.x=123 matches a tag 123), so its stored text is compared as well.
-        if self.text is not None and isinstance(value, str) and value == self.text:
+        if self.text is not None and isinstance(value, str) and same_text(value, self.text):
             return True
         tag = self.key.removeprefix("tag.") if self.key.startswith("tag.") else None
-        if self.text is not None and tag is not None and run.tags.get(tag) == self.text:
+        held = run.tags.get(tag) if tag is not None else None
+        if self.text is not None and held is not None and same_text(held, self.text):
             return True
         return _same(value, self.value)
 
