@@ -8,6 +8,9 @@ C2. `detect finetune --weights` of a dlperf checkpoint trained on other class na
     count) took its heads by position: the set's names replaced the checkpoint's before they
     were compared, so the refusal was dead, and its "before" AP disagreed with `detect eval`.
     The checkpoint's own names are compared with the set's now.
+C3. `run --resume` of an image-folder run whose class folders were renamed (the same count)
+    trained on permuted labels without a word: the checkpoint kept no class names. It keeps
+    them now, and a resume on data whose names differ is refused in one line.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import torch
 
 from dlperf.data import sources
 from dlperf.detect import ssd
+from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_17_resume import _image_folder
 from tests.faults.test_break_it_21_detect import shapes
 from tests.faults.test_break_it_24_detect import finetune, refused_before_training
 from tests.faults.test_store_faults import one_line
@@ -105,4 +110,37 @@ def test_finetune_refuses_weights_trained_on_other_class_names(cli: Cli, tmp_pat
     for xml in (root / "Annotations").glob("*.xml"):
         xml.write_text(xml.read_text().replace("<name>square<", "<name>asquare<"))
     r = finetune(cli, root, out, "--weights", str(weights))
+    assert r.code == 0, r.err
+
+
+# --- C3: a resume on renamed classes ------------------------------------------------------------
+
+
+def test_a_resume_on_renamed_classes_is_refused(cli: Cli, tmp_path: Path, store: RunStore) -> None:
+    """Before: resumed on classes b, c, z, the images of 'a' trained as b's, without a word."""
+    imgs = tmp_path / "imgs"
+    _image_folder(imgs, ["a", "b", "c"])
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        f'[model]\nname = "smallcnn"\n[data]\nname = "imagefolder"\nroot = "{imgs}"\n'
+        f"image_size = 8\n[train]\nepochs = 1\nbatch_size = 8\n[run]\nthreads = 1\n"
+        f'out_dir = "{tmp_path / "runs"}"\n'
+    )
+    assert cli("run", str(exp)).code == 0
+    (path,) = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
+    assert torch.load(path, weights_only=True)["classes"] == ["a", "b", "c"]
+    store.finish_run(1, "killed", error="interrupted")  # as if stopped after its checkpoint
+    for split in ("train", "val"):
+        (imgs / split / "a").rename(imgs / split / "z")
+    one_line(
+        cli("run", "--resume", "1"),
+        2,
+        "error: run 1 was trained on classes a, b, c; its data now names b, c, z (a gone, z "
+        "new): resumed, its outputs would be taken for other classes than they were trained on "
+        "(restore the classes' names, or start the run again)",
+    )
+    assert store.get_run(1).status == "killed"
+    for split in ("train", "val"):  # its own names back: it resumes
+        (imgs / split / "z").rename(imgs / split / "a")
+    r = cli("run", "--resume", "1")
     assert r.code == 0, r.err

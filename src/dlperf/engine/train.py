@@ -138,7 +138,11 @@ def train(
         if run.checkpoint:
             rng = checkpoint.rng_state(device)
             weights = checkpoint.model_state(model) | step.state_dict()
-            checkpoint.save(checkpoint_slot, weights | {"rng": rng, "progress": asdict(state)})
+            # the class names, in their order: a resume on renamed ones is refused by them
+            named = {"classes": list(data.classes)}
+            checkpoint.save(
+                checkpoint_slot, weights | {"rng": rng, "progress": asdict(state)} | named
+            )
 
     with window, contention.watching_stops():
         fit(

@@ -232,6 +232,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
             "would train another network than its first",
             "restore the file the run was trained with, or start a new run",
         )
+    _check_same_classes(run_id, state.get("classes"), prepared.data.classes)
     _check_same_split(run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size))
     check_profile_fits(exp, prepared.data, done["epoch"])
     # One process writes a run: of two resuming it at once, the other stops here.
@@ -293,6 +294,30 @@ def _check_not_ahead(store: RunStore, run_id: int, trained: int) -> None:
             "runs repair) resumed it",
             "resume it in that store, or start it again here",
         )
+
+
+def _check_same_classes(run_id: int, trained: list[str] | None, now: list[str]) -> None:
+    """A run whose classes were renamed or reordered since it stopped (an image folder's class
+    folder renamed: the same count, so the weights fit) would resume with each class's images
+    training another's output. `trained`: the names its checkpoint keeps (None in an older
+    dlperf's, which kept none)."""
+    if trained is None or trained == list(now):
+        return
+    gone, new = [c for c in trained if c not in now], [c for c in now if c not in trained]
+    said = [f"{_few(gone)} gone" if gone else "", f"{_few(new)} new" if new else ""]
+    changed = ", ".join(filter(None, said)) or "reordered"
+    raise UserError(
+        f"run {run_id} was trained on classes {_few(trained)}; its data now names {_few(now)} "
+        f"({changed}): resumed, its outputs would be taken for other classes than they were "
+        "trained on",
+        "restore the classes' names, or start the run again",
+    )
+
+
+def _few(names: list[str], most: int = 8) -> str:
+    """`names` joined, the first `most` of a long list and how many more."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def _check_same_split(run_id: int, done: dict[str, Any], per_epoch: int) -> None:
