@@ -11,6 +11,9 @@ C2. `detect finetune --weights` of a dlperf checkpoint trained on other class na
 C3. `run --resume` of an image-folder run whose class folders were renamed (the same count)
     trained on permuted labels without a word: the checkpoint kept no class names. It keeps
     them now, and a resume on data whose names differ is refused in one line.
+C5. An .npz's labels saved as text were told "save the labels as numpy.int64 class indices",
+    which fails for names ('cat') and would drop them: names are told to be saved as
+    `classes` with their indices, digits ('0') to be cast.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 
 from dlperf.data import sources
 from dlperf.detect import ssd
+from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.faults.test_break_it_17_resume import _image_folder
@@ -82,6 +86,38 @@ def test_npz_arrays_not_read_are_said_in_one_line(tmp_path: Path) -> None:
     ]
     sources.read_npz(pets(tmp_path / "r.npz", classes=np.array(["a", "b"])), notes=(notes := []))
     assert notes == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "fix"),
+    [
+        (
+            np.array(["cat", "dog"] * 6),
+            "name the classes: classes, labels = numpy.unique(labels, return_inverse=True), then "
+            "save classes=classes, labels=labels",
+        ),
+        (np.array([b"cat", b"dog"] * 6), "name the classes: classes, labels = numpy.unique"),
+        (np.array(["0", "1"] * 6), "save labels=labels.astype(numpy.int64)"),
+    ],
+)
+def test_npz_labels_saved_as_text_are_told_a_fix_that_works(
+    tmp_path: Path, labels: np.ndarray, fix: str
+) -> None:
+    """Before: "save the labels as numpy.int64 class indices", whose astype fails on 'cat'."""
+    path = tmp_path / "text.npz"
+    images = np.zeros((12, 1, 8, 8), np.uint8)
+    np.savez(path, images=images, labels=labels)
+    with pytest.raises(UserError) as caught:
+        sources.read_npz(path)
+    said = f"{path}: 'labels' is {labels.dtype} of shape (12,): dlperf wants one integer class "
+    assert str(caught.value).startswith(said + "index per image, shape (12,) (" + fix)
+    # the fix, as said, makes a file that reads
+    if "unique" in fix:
+        classes, indices = np.unique(labels, return_inverse=True)
+        np.savez(path, images=images, labels=indices, classes=classes)
+    else:
+        np.savez(path, images=images, labels=labels.astype(np.int64))
+    assert len(sources.read_npz(path)[2]) == 2
 
 
 # --- C2: finetune from weights of other class names ----------------------------------------------

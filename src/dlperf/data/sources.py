@@ -2422,6 +2422,8 @@ def _npz_labels(path: str | Path, labels: np.ndarray, images: int) -> np.ndarray
     expression to save instead ("must hold one integer per image" said neither)."""
     said = f"{path}: 'labels' is {labels.dtype} of shape {labels.shape}"
     wants = f"dlperf wants one integer class index per image, shape ({images},)"
+    if labels.dtype.kind in "US" and labels.ndim == 1:  # text: digits, or the classes' names
+        raise UserError(f"{said}: {wants}", _text_labels_fix(labels))
     if labels.dtype.kind not in "biuf":
         raise UserError(f"{said}: {wants}", "save the labels as numpy.int64 class indices")
     expr, flat = "labels", labels
@@ -2452,6 +2454,19 @@ def _npz_labels(path: str | Path, labels: np.ndarray, images: int) -> np.ndarray
     if expr != "labels":
         raise UserError(f"{said}: {wants}", f"save labels={expr}")
     return flat
+
+
+def _text_labels_fix(labels: np.ndarray) -> str:
+    """The numpy expression that makes 1-D text `labels` class indices: a cast for digits;
+    for names, their indices with the names kept as 'classes' (a cast fails on 'cat')."""
+    try:
+        labels.astype(np.int64)
+    except (ValueError, OverflowError):
+        return (
+            "name the classes: classes, labels = numpy.unique(labels, return_inverse=True), "
+            "then save classes=classes, labels=labels"
+        )
+    return "save labels=labels.astype(numpy.int64)"
 
 
 def _imageless(path: str | Path, labels: np.ndarray) -> None:
