@@ -33,6 +33,7 @@ from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, in_model_file, model_exited
+from dlperf.formatting import few
 from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.models.registry import neighbour_digests, rebuilding
 from dlperf.parsing import model_file_text, one_line
@@ -304,20 +305,14 @@ def _check_same_classes(run_id: int, trained: list[str] | None, now: list[str]) 
     if trained is None or trained == list(now):
         return
     gone, new = [c for c in trained if c not in now], [c for c in now if c not in trained]
-    said = [f"{_few(gone)} gone" if gone else "", f"{_few(new)} new" if new else ""]
+    said = [f"{few(gone)} gone" if gone else "", f"{few(new)} new" if new else ""]
     changed = ", ".join(filter(None, said)) or "reordered"
     raise UserError(
-        f"run {run_id} was trained on classes {_few(trained)}; its data now names {_few(now)} "
+        f"run {run_id} was trained on classes {few(trained)}; its data now names {few(now)} "
         f"({changed}): resumed, its outputs would be taken for other classes than they were "
         "trained on",
         "restore the classes' names, or start the run again",
     )
-
-
-def _few(names: list[str], most: int = 8) -> str:
-    """`names` joined, the first `most` of a long list and how many more."""
-    more = f" and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(names[:most]) + more
 
 
 def _check_same_split(run_id: int, done: dict[str, Any], per_epoch: int) -> None:
