@@ -33,8 +33,8 @@ from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, in_model_file, model_exited
-from dlperf.formatting import few
 from dlperf.experiment.sink import StoreSink, failed_softly
+from dlperf.formatting import few
 from dlperf.models.registry import neighbour_digests, rebuilding
 from dlperf.parsing import model_file_text, one_line
 from dlperf.paths import made_dir
