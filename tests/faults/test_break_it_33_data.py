@@ -11,6 +11,9 @@ C2. `detect finetune --weights` of a dlperf checkpoint trained on other class na
 C3. `run --resume` of an image-folder run whose class folders were renamed (the same count)
     trained on permuted labels without a word: the checkpoint kept no class names. It keeps
     them now, and a resume on data whose names differ is refused in one line.
+C4. model.head = "keep" kept the weights' head by position: data of the same classes in
+    another order trained and tested with labels swapped, without a word. The names of the
+    weights' run are compared with the data's, and a head they do not match is refused.
 C5. An .npz's labels saved as text were told "save the labels as numpy.int64 class indices",
     which fails for names ('cat') and would drop them: names are told to be saved as
     `classes` with their indices, digits ('0') to be cast.
@@ -152,8 +155,8 @@ def test_finetune_refuses_weights_trained_on_other_class_names(cli: Cli, tmp_pat
 # --- C3: a resume on renamed classes ------------------------------------------------------------
 
 
-def test_a_resume_on_renamed_classes_is_refused(cli: Cli, tmp_path: Path, store: RunStore) -> None:
-    """Before: resumed on classes b, c, z, the images of 'a' trained as b's, without a word."""
+def abc_run(cli: Cli, tmp_path: Path) -> Path:
+    """Run 1, a finished 1-epoch run on an image folder of classes a, b, c; the folder."""
     imgs = tmp_path / "imgs"
     _image_folder(imgs, ["a", "b", "c"])
     exp = tmp_path / "exp.toml"
@@ -162,7 +165,14 @@ def test_a_resume_on_renamed_classes_is_refused(cli: Cli, tmp_path: Path, store:
         f"image_size = 8\n[train]\nepochs = 1\nbatch_size = 8\n[run]\nthreads = 1\n"
         f'out_dir = "{tmp_path / "runs"}"\n'
     )
-    assert cli("run", str(exp)).code == 0
+    r = cli("run", str(exp))
+    assert r.code == 0, r.err
+    return imgs
+
+
+def test_a_resume_on_renamed_classes_is_refused(cli: Cli, tmp_path: Path, store: RunStore) -> None:
+    """Before: resumed on classes b, c, z, the images of 'a' trained as b's, without a word."""
+    imgs = abc_run(cli, tmp_path)
     (path,) = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
     assert torch.load(path, weights_only=True)["classes"] == ["a", "b", "c"]
     store.finish_run(1, "killed", error="interrupted")  # as if stopped after its checkpoint
@@ -180,3 +190,31 @@ def test_a_resume_on_renamed_classes_is_refused(cli: Cli, tmp_path: Path, store:
         (imgs / split / "z").rename(imgs / split / "a")
     r = cli("run", "--resume", "1")
     assert r.code == 0, r.err
+
+
+# --- C4: a kept head of classes in another order -------------------------------------------------
+
+
+def test_a_kept_head_of_other_class_names_is_refused(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    """Before: trained and tested on c, b, a with run 1's head of a, b, c, without a word."""
+    abc_run(cli, tmp_path)
+    rng = np.random.default_rng(0)
+    path = tmp_path / "cba.npz"
+    images = rng.integers(0, 255, (12, 3, 8, 8), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.arange(12) % 3, classes=np.array(["c", "b", "a"]))
+    exp = tmp_path / "npz.toml"
+    exp.write_text(
+        f'[model]\nname = "smallcnn"\nweights = "run:1"\nhead = "keep"\n[data]\nname = "npz"\n'
+        f'root = "{path}"\n[train]\nepochs = 1\nbatch_size = 4\n[run]\nthreads = 1\n'
+        f'out_dir = "{tmp_path / "runs"}"\n'
+    )
+    one_line(
+        cli("run", str(exp)),
+        2,
+        "error: run 1's head is of classes a, b, c; npz has c, b, a: kept, its outputs would be "
+        'taken for other classes than they were trained on (set model.head = "new" to train a '
+        "head for these classes, or give the data the classes of run 1 in its order)",
+    )
+    assert [r.id for r in store.list_runs()] == [1]

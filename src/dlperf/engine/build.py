@@ -46,6 +46,7 @@ from dlperf.engine.profiler import check_fits
 from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import MissingDevice, UserError
+from dlperf.formatting import few
 from dlperf.models import create_model, transfer
 from dlperf.models.registry import (
     check_automatic,
@@ -103,6 +104,8 @@ def prepare_run(
         check_run_batch(model, size, data.shape, f"'{exp.model.name}'", device, where)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
+    if weights is not None and exp.model.head == "keep":
+        check_kept_head(start, data)
     notes = start_weights(model, exp.model, start.source, weights)
     checkpoint.restore_buffers(model, start.buffers)  # a run's, read by fetch: as it left them
     # What the weights expect of the images, for `dlperf doctor` to hold the data against.
@@ -211,6 +214,22 @@ def start_weights(
         transfer.freeze_backbone(model)
         notes.append("backbone frozen: only the head trains")
     return notes
+
+
+def check_kept_head(start: pretrained.Pretrained, data: ImageData) -> None:
+    """Refuse a head kept from weights whose classes the data names otherwise, or orders
+    otherwise (an npz's classes, a folder renamed): kept by position, each output would stand
+    for another class than it was trained on. Compared where both name their classes and
+    count as many (another count is told as the head's width, as it loads)."""
+    trained, now = start.classes, data.classes
+    if not trained or not now or len(trained) != len(now) or trained == now:
+        return
+    raise UserError(
+        f"{start.source}'s head is of classes {few(trained)}; {data.name} has {few(now)}: kept, "
+        "its outputs would be taken for other classes than they were trained on",
+        f'set model.head = "new" to train a head for these classes, or give the data the '
+        f"classes of {start.source} in its order",
+    )
 
 
 def _own_kwargs(kwargs: dict[str, Any], data: ImageData) -> dict[str, Any]:

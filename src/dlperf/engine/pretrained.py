@@ -55,6 +55,10 @@ class Pretrained:
     # filled in by `fetch`: a run's weights were fit to scores its buffers shaped (a count of
     # training steps), so its model starts from both. Other sources keep none: left empty.
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    # The names of the head's classes, in its order, where known (a run's): a kept head is
+    # held to the data's. A finished run's summary names them; a stopped run's checkpoint,
+    # read by `fetch`, fills them in.
+    classes: list[str] = field(default_factory=list)
 
 
 def resolve(cfg: ModelConfig, store: StoredRuns) -> Pretrained | None:
@@ -166,6 +170,7 @@ def _from_run(spec: str, store: StoredRuns) -> Pretrained:
     data = stored.config.get("data", {})
     seen = stored.trained.data or {}
     buffers: dict[str, torch.Tensor] = {}
+    classes: list[str] = list(seen.get("class_names") or [])
 
     def fetch() -> StateDict:
         path = checkpoint.run_checkpoint(
@@ -174,6 +179,7 @@ def _from_run(spec: str, store: StoredRuns) -> Pretrained:
         owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
         saved = checkpoint.load(path, owner)
         buffers.update(saved.get(checkpoint.BUFFERS) or {})  # none in an older checkpoint
+        classes[:] = saved.get("classes") or classes  # none in an older one either
         return saved["model"]  # type: ignore[no-any-return]
 
     side = data.get("image_size") or (seen.get("shape") or [None])[-1]
@@ -185,6 +191,7 @@ def _from_run(spec: str, store: StoredRuns) -> Pretrained:
         tuple(mean) if mean else None,
         tuple(std) if std else None,
         buffers,
+        classes,
     )
 
 
