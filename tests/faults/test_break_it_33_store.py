@@ -23,11 +23,15 @@ C6. A key or name stored in NFD (café copied from a macOS file name) was not fo
     same text typed (NFC): "unknown key 'café' (did you mean 'café'?)", and `--where
     name=café` an empty table. --where, `runs plot --key` and `Store.metrics` take a key in
     another normalisation as the stored one, and --where compares text in NFC.
+C7. Run names and config text with an edge space printed alike ("a" and "a " two rows of a)
+    in `runs list`, `runs show`'s title and `runs compare`: quoted there as class names are
+    (`parsing.name_text`), 'a '.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -243,3 +247,19 @@ def test_a_key_or_name_stored_in_nfd_is_found_by_the_same_text_typed_in_nfc(
     assert dlperf.Store(db).metrics(run.id, "val/café") == [(0, 1.0)]
     result = cli("runs", "plot", str(run.id), "--key", "val/café", "--out", str(tmp_path / "p.png"))
     assert result.code == 0, result.err
+
+
+def test_names_and_config_text_with_an_edge_space_read_apart_in_runs_list_show_and_compare(
+    cli: Cli, db: str
+) -> None:
+    for name in ("a", "a "):
+        with dlperf.track(name, config={"x": name}, store=db):
+            pass
+    listed = cli("runs", "list").out.splitlines()[2:]
+    assert [row.split("│")[1].strip() for row in listed] == ["'a '", "a"]
+    assert cli("runs", "show", "2").out.splitlines()[0].strip() == "run 2: 'a ' (finished)"
+    compared = cli("runs", "compare", "1", "2")
+    assert [c.strip() for c in compared.out.splitlines()[2].split("│")][:3] == ["x", "a", "'a '"]
+    assert json.loads(cli("runs", "compare", "1", "2", "--json").out)["config_diff"] == {
+        "x": ["a", "a "]  # the data as stored
+    }

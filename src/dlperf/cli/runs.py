@@ -13,7 +13,7 @@ from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_listing, open_store, state
 from dlperf.errors import UserError
 from dlperf.formatting import fmt
-from dlperf.parsing import flatten
+from dlperf.parsing import flatten, name_text
 
 runs_app = typer.Typer(
     help="List, show, compare, tag, delete and repair stored runs.\n\nExample: dlperf runs list",
@@ -61,7 +61,7 @@ def runs_list(
         ["id", "name", "kind", "status", "model", "data", "test acc", "samples/s", "started"]
         + (["tags"] if tagged else []),
         [
-            [r.id, r.name, r.kind, r.status, config_value(r.config, "model.name"),
+            [r.id, name_text(r.name), r.kind, r.status, config_value(r.config, "model.name"),
              config_value(r.config, "data.name"), r.summary.get("test_accuracy"),
              r.summary.get("throughput"), r.started]
             + ([" ".join(f"{k}={v}" for k, v in r.tags.items()) or None] if tagged else [])
@@ -117,7 +117,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
     rows += [list(r) for r in view.results()]
     rows += [["transfer", note] for note in transfer_notes(summary)]
     rows += [["error", run.error]] if run.error else []
-    console.print_table(f"run {run_id}: {run.name} ({run.status})", ["", "value"], rows)
+    console.print_table(f"run {run_id}: {name_text(run.name)} ({run.status})", ["", "value"], rows)
     console.print_phases(summary)
     if run.config:
         console.print_table("config", ["section", "keys set"], config_settings(run.config))
@@ -232,7 +232,7 @@ def runs_delete(
             )
         for r in runs:
             console.err.print(
-                f"run {r.id}: {r.name} ({r.kind}, {r.status}, "
+                f"run {r.id}: {name_text(r.name)} ({r.kind}, {r.status}, "
                 f"{len(store.artifacts(r.id))} artifacts)"
             )
         for i in pending & set(ids):

@@ -787,7 +787,12 @@ class Comparison:
     def rows(self) -> list[Row]:
         """The comparison as `runs compare` tables it: results that no run has left out,
         peak memory in MiB."""
-        rows = [[k, *v] for k, v in self.config_diff.items()]
+        # "a" and "a " read apart (a table pads its cells with spaces): 'a '
+        texts = {
+            k: [name_text(v) if isinstance(v, str) else v for v in vs]
+            for k, vs in self.config_diff.items()
+        }
+        rows = [[k, *v] for k, v in texts.items()]
         for key, values in self.summary.items():
             if any(v is not None for v in values):
                 # An own result is labelled as `runs show` labels it: by its key.
