@@ -206,6 +206,12 @@ def _print_levels(
     columns = ["concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms", "p99 ms",
                "CPU wait"]  # fmt: skip
     console.print_table(f"POST {document['url']}", columns, rows)
+    from dlperf.deploy.loadgen import error_kinds
+
+    for r in results:
+        if r.errors:
+            line = f"errors: concurrency {r.concurrency}: {error_kinds(r.statuses)}"
+            console.out.print(line, soft_wrap=True)
     for r in results:
         if r.reliable is False:
             note = f"unreliable: concurrency {r.concurrency}: {r.reliability_note}"

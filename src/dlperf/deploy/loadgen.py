@@ -8,8 +8,11 @@ latencies are of successful responses. A level ends early, refused (`ServerGone`
 every client's last request went unanswered: no server to connect to (it died), or no answer
 in TIMEOUT_S (it was stopped, SIGSTOP or Ctrl-Z, or hangs: its listening socket still takes
 connections, so none is refused); so does a warm-up that no client got an answer to, and a
-server whose process is stopped as a level starts is told at once. Only a server on this
-machine is loaded: a benchmark must never become a flood against someone else's host.
+server whose process is stopped as a level starts is told at once. A level that goes on while
+some of its requests time out counts them as errors, and is marked unreliable, saying how long
+it took: each timeout held its client TIMEOUT_S, and one sent just before the deadline held the
+level open as long past it. Only a server on this machine is loaded: a benchmark must never
+become a flood against someone else's host.
 
 Server and load generator share this machine's CPUs, with whatever else runs on it, so each
 level's timed stretch (after the warm-up requests) is a contention window
@@ -66,6 +69,10 @@ REFUSED = httpx.ConnectError.__name__  # a request's status when no server took 
 # ... and when one took it but sent no answer (or took no more of the body) in TIMEOUT_S
 TIMED_OUT = frozenset(
     e.__name__ for e in (httpx.ConnectTimeout, httpx.ReadTimeout, httpx.WriteTimeout)
+)
+# ... and when it took the connection and then closed or reset it without an answer
+CLOSED = frozenset(
+    e.__name__ for e in (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 )
 
 
@@ -428,6 +435,42 @@ def _no_answer(statuses: Counter[str], ended: int) -> str:
     return "; ".join(said)
 
 
+def error_kinds(statuses: dict[str, int]) -> str:
+    """A level's errors by kind, the most first, each with what it means where its name does
+    not say: "7 ReadTimeout (no answer in 30 s), 2 HTTP 503"."""
+    errors = sorted(
+        ((n, got) for got, n in statuses.items() if not (got.isdigit() and got[0] == "2")),
+        key=lambda each: (-each[0], each[1]),
+    )
+    return ", ".join(f"{n} {_error_kind(got)}" for n, got in errors)
+
+
+def _error_kind(got: str) -> str:
+    if got.isdigit():
+        return f"HTTP {got}"
+    if got.endswith(NOT_PREDICTION):
+        return f"HTTP {got.removesuffix(NOT_PREDICTION)}, not a prediction"
+    if got in TIMED_OUT:
+        return f"{got} (no answer in {TIMEOUT_S:g} s)"
+    if got == REFUSED:
+        return f"{got} (connection refused)"
+    if got in CLOSED:
+        return f"{got} (connection closed by the server)"
+    return got  # this process's own failure says so ("EMFILE (load generator)")
+
+
+def _timed_out_note(statuses: Counter[str], wall: float, duration_s: float) -> str | None:
+    """What a level's timed-out requests did to it: each held its client up to TIMEOUT_S, and
+    one sent before the deadline held the level open past --duration; req/s is over it all."""
+    timed_out = sum(statuses[name] for name in TIMED_OUT)
+    if not timed_out:
+        return None
+    return (
+        f"{timed_out} of {statuses.total()} requests got no answer in {TIMEOUT_S:g} s; the "
+        f"level took {wall:.1f} s for --duration {duration_s:g} s, its req/s over all of it"
+    )
+
+
 def _gone_hint(server: int | None, timed_out: bool) -> str:
     """What to do about a server that stopped answering: the stopped one by its pid."""
     if server is not None and stopped(server):
@@ -538,6 +581,10 @@ async def _level(
     worst = dataclasses.replace(worst, stops=None)
     if process == "server":
         worst = dataclasses.replace(worst, involuntary_switches=None)
+    # Timed-out requests are errors of a level the server still answered, but they stretched
+    # its wall time, and so its req/s: marked, as a contended window is.
+    notes = [_timed_out_note(statuses, wall, duration_s), judge(worst).note]
+    said = "; ".join(note for note in notes if note)
     return LevelResult(
         concurrency=concurrency,
         requests=issued,
@@ -551,5 +598,6 @@ async def _level(
         statuses=dict(statuses),
         cpu_wait_share=worst.cpu_wait_share,
         contention={**worst.to_dict(), "process": process},
-        **judge(worst).to_dict(),
+        reliable=not said,
+        reliability_note=said or None,
     )
