@@ -274,12 +274,13 @@ def test_a_complex_weights_backward_is_counted_since_its_weights_stay_complex(
     """Round 9 refused this backward in one line: the count cast the complex weight to a real
     one, and torch's backward then failed. Since round 13 complex weights stay as built and
     are counted in real arithmetic (4 real MACs per complex one); what has no complex rule,
-    abs's backward sgn here, is named as not counted."""
+    abs's backward sgn here (counted on real tensors since round 33), is named as not counted
+    on complex tensors."""
     result = cli("analyze", f"{models}:complex_w", "--input", "1,8,8", "--train", "--json")
     assert result.code == 0, result.err
     doc = json.loads(result.out)
     assert (doc["totals"]["macs"], doc["totals"]["backward_macs"]) == (4 * 640, 4 * 640)
-    assert doc["unsupported_ops"] == {"aten.sgn": 1}
+    assert doc["unsupported_ops"] == {"aten.sgn on complex tensors": 1}
     assert "aten.sgn" in result.err
 
 

@@ -189,6 +189,17 @@ def pool_backward(args: Sequence[Any], out: Any) -> Cost:
     return Cost(0, _window(args[1:]) * args[0].numel())
 
 
+max_pool_backward = per_input(ELEMENTWISE)
+"""A window max pool's backward (grad_output, input, ...): each output's gradient added into
+the input position its max came from, one add per output gradient."""
+MAX_POOL_BACKWARD = (
+    "max_pool2d_with_indices_backward",
+    "max_pool3d_with_indices_backward",
+    "fractional_max_pool2d_backward",
+    "fractional_max_pool3d_backward",
+)
+
+
 def _affine(args: Sequence[Any], weight_at: int) -> int:
     """How many of the affine weight and bias (arguments weight_at, weight_at + 1) are given:
     a layer built with affine=False has neither."""
@@ -290,18 +301,26 @@ HANDLERS: dict[str, Handler] = {
     "_log_softmax": per_output(SOFTMAX),
     "_softmax_backward_data": per_output(SOFTMAX_BACKWARD),
     "_log_softmax_backward_data": per_output(SOFTMAX_BACKWARD),
-    # pooling and reductions
+    # pooling and reductions: every pool's backward beside its forward (LocalResponseNorm
+    # runs avg_pool3d and its backward)
     "max_pool2d_with_indices": pool,
     "max_pool3d_with_indices": pool,
     "max_pool2d": pool,
+    "fractional_max_pool2d": pool,
+    "fractional_max_pool3d": pool,
     "avg_pool2d": pool,
     "avg_pool3d": pool,
     "avg_pool2d_backward": pool_backward,
-    "max_pool2d_with_indices_backward": per_input(ELEMENTWISE),
+    "avg_pool3d_backward": pool_backward,
+    **dict.fromkeys(MAX_POOL_BACKWARD, max_pool_backward),
     "_adaptive_avg_pool2d": per_input(ELEMENTWISE),
     "_adaptive_avg_pool3d": per_input(ELEMENTWISE),
     "adaptive_max_pool2d": per_input(ELEMENTWISE),
+    "adaptive_max_pool3d": per_input(ELEMENTWISE),
     "_adaptive_avg_pool2d_backward": per_output(ELEMENTWISE),
+    "_adaptive_avg_pool3d_backward": per_output(ELEMENTWISE),
+    "adaptive_max_pool2d_backward": per_input(ELEMENTWISE),
+    "adaptive_max_pool3d_backward": per_input(ELEMENTWISE),
     "sum": per_input(ELEMENTWISE),
     "mean": per_input(ELEMENTWISE),
     "amax": per_input(ELEMENTWISE),
@@ -370,6 +389,7 @@ for _name in [
     "softplus",
     "erf",
     "sign",
+    "sgn",  # sign, as LPPool's backward calls it
     "maximum",
     "minimum",
     "where",
@@ -512,8 +532,10 @@ MATMULS = frozenset(
     if handler in (matmul, add_matmul, vector_product, attention, attention_backward)
 )
 POOLS = frozenset(
-    name for name, handler in HANDLERS.items() if handler in (pool, pool_backward)
-) | {"max_pool2d_with_indices_backward"}
+    name
+    for name, handler in HANDLERS.items()
+    if handler in (pool, pool_backward, max_pool_backward)
+)
 NORMS = frozenset(
     name for name in HANDLERS if any(n in name for n in ("batch_norm", "layer_norm", "group_norm"))
 )

@@ -1,0 +1,136 @@
+"""Break-it round 33, P1 (the user's own models), fixer F1.
+
+- C2: `analyze`/`predict --train` left the backward of common torch.nn pools uncounted ("not
+  counted (no handler ...)"), dlperf's own alexnet_paper among them: LocalResponseNorm's
+  avg_pool3d_backward, AdaptiveMaxPool1d/2d/3d's backward (and 3d's forward), MaxPool3d's,
+  AdaptiveAvgPool3d's, FractionalMaxPool2d/3d's forward and backward, LPPool's sgn. Every
+  pool whose forward is counted now has its backward counted too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import dlperf
+from dlperf.analytic.ops import HANDLERS, Cost, kind_of
+
+# --- C2: the backward of every pool ---------------------------------------------------------
+
+
+def _conv(dims: int) -> nn.Module:
+    """A first layer without bias (its backward is d-weight alone, 2 FLOPs per MAC, so what the
+    backward counts beyond 2 x its MACs is the pool's and the last layer's d-bias): 4 channels
+    of 8x8 from (3, 10, 10), or 2 of 4x4x4 from (1, 6, 6, 6)."""
+    return nn.Conv3d(1, 2, 3, bias=False) if dims == 3 else nn.Conv2d(3, 4, 3, bias=False)
+
+
+# (pool, the sample's shape, its dimensions, FLOPs of its backward by hand at batch 2)
+POOLS = [
+    # one add per output gradient, into its max's position: 2 x 4 x 2 x 2
+    pytest.param(nn.AdaptiveMaxPool2d(2), (3, 10, 10), 2, 32, id="AdaptiveMaxPool2d"),
+    # 2 x 2 channels x 2x2x2 outputs
+    pytest.param(nn.MaxPool3d(2), (1, 6, 6, 6), 3, 32, id="MaxPool3d"),
+    pytest.param(nn.AdaptiveMaxPool3d(2), (1, 6, 6, 6), 3, 32, id="AdaptiveMaxPool3d"),
+    # fractional: 2 x 4 x 3 x 3 outputs (FractionalMaxPool3d's backward has no meta kernel in
+    # torch: --train is refused in one line, "the model's backward cannot be counted")
+    pytest.param(nn.FractionalMaxPool2d(2, output_size=3), (3, 10, 10), 2, 72, id="Fractional2d"),
+    # each output gradient spread over its 2x2x2 window: 8 x 32
+    pytest.param(nn.AvgPool3d(2), (1, 6, 6, 6), 3, 256, id="AvgPool3d"),
+    # one add per input gradient: 2 x 2 x 4x4x4
+    pytest.param(nn.AdaptiveAvgPool3d(2), (1, 6, 6, 6), 3, 256, id="AdaptiveAvgPool3d"),
+]
+
+
+def _counted(model: nn.Module, sample: tuple[int, ...]) -> dict[str, object]:
+    """analyze --train at batch 2: its totals and what it left uncounted."""
+    result = dlperf.analyze(model, sample, batch=2, train=True)
+    return {**result.totals, "unsupported": result.unsupported_ops}
+
+
+def _fcm_flops(model: nn.Module, sample: tuple[int, ...]) -> int:
+    """torch.utils.flop_counter's forward + backward FLOPs (2 per MAC; it counts no pooling)."""
+    x = torch.randn(2, *sample)
+    with FlopCounterMode(display=False) as fcm:
+        model(x).sum().backward()
+    return int(fcm.get_total_flops())
+
+
+@pytest.mark.parametrize(("pool", "sample", "dims", "backward"), POOLS)
+def test_c2_a_pools_backward_is_counted_by_hand(
+    pool: nn.Module, sample: tuple[int, ...], dims: int, backward: int
+) -> None:
+    """Before: "not counted (no handler for these operators): aten.max_pool3d_with_indices_
+    backward" (adaptive_max_pool2d_backward, avg_pool3d_backward ...), the step a lower bound."""
+    model = nn.Sequential(_conv(dims), pool, nn.Flatten(), nn.LazyLinear(3))
+    model(torch.zeros(1, *sample))  # the linear layer's width
+    counted = _counted(model, sample)
+    assert counted["unsupported"] == {}
+    assert 2 * (counted["macs"] + counted["backward_macs"]) == _fcm_flops(model, sample)
+    # the backward beyond its products: the linear layer's bias (its d-bias, 2 x 3 adds) and
+    # the pool's
+    linear_bias = 2 * 3
+    assert counted["backward_flops"] - 2 * counted["backward_macs"] - linear_bias == backward
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        pytest.param(nn.AdaptiveMaxPool1d(2), id="AdaptiveMaxPool1d"),
+        pytest.param(nn.LPPool1d(2, 2), id="LPPool1d"),
+        pytest.param(nn.LocalResponseNorm(3), id="LocalResponseNorm1d"),
+    ],
+)
+def test_c2_a_1d_pools_step_is_counted_whole(pool: nn.Module) -> None:
+    model = nn.Sequential(nn.Flatten(2), nn.Conv1d(3, 4, 3), pool, nn.Flatten(), nn.LazyLinear(3))
+    model(torch.zeros(1, 3, 10, 10))
+    counted = _counted(model, (3, 10, 10))
+    assert counted["unsupported"] == {}
+    assert 2 * (counted["macs"] + counted["backward_macs"]) == _fcm_flops(model, (3, 10, 10))
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        pytest.param(nn.LPPool2d(2, 2), id="LPPool2d"),
+        pytest.param(nn.LocalResponseNorm(3), id="LocalResponseNorm"),
+    ],
+)
+def test_c2_lppool_and_local_response_norm_steps_are_counted_whole(pool: nn.Module) -> None:
+    """LPPool2d's backward runs aten.sgn; LocalResponseNorm's forward an avg_pool3d over the
+    channels, and its backward avg_pool3d_backward."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), pool, nn.Flatten(), nn.LazyLinear(3))
+    model(torch.zeros(1, 3, 10, 10))
+    counted = _counted(model, (3, 10, 10))
+    assert counted["unsupported"] == {}
+    assert 2 * (counted["macs"] + counted["backward_macs"]) == _fcm_flops(model, (3, 10, 10))
+
+
+def test_c2_the_new_handlers_by_hand() -> None:
+    """The handlers on meta tensors: sgn one FLOP per element; avg_pool3d_backward(grad, input,
+    kernel, ...) each gradient over its window; the max pools' backward one add per output
+    gradient; adaptive average 3d's backward one per input gradient; and their kinds."""
+    meta = {"device": "meta"}
+    grad, x = torch.empty(2, 1, 4, 5, 5, **meta), torch.empty(2, 1, 6, 5, 5, **meta)
+    assert HANDLERS["sgn"]([grad], grad) == Cost(0, 200)
+    assert HANDLERS["avg_pool3d_backward"]([grad, x, [3, 1, 1]], x) == Cost(0, 3 * 200)
+    for name in ("max_pool3d_with_indices_backward", "fractional_max_pool2d_backward",
+                 "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward"):  # fmt: skip
+        assert HANDLERS[name]([grad, x], x) == Cost(0, 200), name
+    assert HANDLERS["_adaptive_avg_pool3d_backward"]([grad, x], x) == Cost(0, 300)
+    # fractional_max_pool2d(input, kernel, output_size, samples): 2x2 per output
+    out = torch.empty(2, 3, 3, 3, **meta)
+    assert HANDLERS["fractional_max_pool2d"]([x, [2, 2], [3, 3], None], (out, out)) == Cost(0, 216)
+    # window pools and their backward are "pool"; adaptive ones "other", as their forward
+    assert kind_of("avg_pool3d_backward", []) == kind_of("fractional_max_pool3d", []) == "pool"
+    assert kind_of("max_pool3d_with_indices_backward", []) == "pool"
+    assert kind_of("adaptive_max_pool2d_backward", []) == "other"
+
+
+def test_c2_alexnet_paper_training_step_is_counted_whole() -> None:
+    """Before: "warning: not counted (no handler for these operators): aten.avg_pool3d_backward
+    x2", its two LocalResponseNorm layers' backward."""
+    result = dlperf.analyze("alexnet_paper", train=True)
+    assert result.unsupported_ops == {}
