@@ -3,7 +3,8 @@
 C1. An .npz's class names saved under another key (`names`, CIFAR's `label_names`) were
     dropped without a word: the run, its export and infer called the classes 0, 1, ... Every
     member dlperf does not read is now named in a warning of `run` and `data describe`, and
-    one holding names is told to be saved as `classes`.
+    one holding names is told to be saved as `classes`; a file without 'labels' names the
+    arrays it holds, as one without 'images' does.
 C2. `detect finetune --weights` of a dlperf checkpoint trained on other class names (the same
     count) took its heads by position: the set's names replaced the checkpoint's before they
     were compared, so the refusal was dead, and its "before" AP disagreed with `detect eval`.
@@ -121,6 +122,18 @@ def test_npz_labels_saved_as_text_are_told_a_fix_that_works(
     else:
         np.savez(path, images=images, labels=labels.astype(np.int64))
     assert len(sources.read_npz(path)[2]) == 2
+
+
+def test_an_npz_without_labels_names_what_it_holds(cli: Cli, tmp_path: Path) -> None:
+    """Before: "has no 'labels' array to train on", naming no array (its 'Labels' unsaid)."""
+    path = tmp_path / "caps.npz"
+    np.savez(path, images=np.zeros((4, 1, 8, 8), np.uint8), Labels=np.array([0, 1, 0, 1]))
+    one_line(
+        cli("data", "describe", "npz", "--set", f"data.root={path}"),
+        2,
+        f"error: {path}: has no array 'labels' to train on (it holds 'images' and 'Labels') "
+        "(write it again with numpy.savez(path, images=..., labels=...))",
+    )
 
 
 # --- C2: finetune from weights of other class names ----------------------------------------------

@@ -2510,13 +2510,14 @@ def read_npz(
 ) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names).
-    With `every_class` (a set to train on, not a pool a teacher labels), labels that leave a
-    class with no image, in a file that names none, are refused. In a `pool` (distill's
-    unlabelled images, whose labels only measure the selection) a label of -1 marks an image
-    without one, as STL-10's unlabelled split and scikit-learn's semi-supervised estimators
-    mark it: all -1 is a file without labels. Images that cannot be loaded in the machine's
-    memory, or take more than `max_memory_gb`, are refused before they are read. A line for
-    each array not read is appended to `notes` where given, for the caller to warn."""
+    With `every_class` (a set to train on, not a pool a teacher labels), a file without
+    labels, or labels that leave a class with no image in a file that names none, are
+    refused. In a `pool` (distill's unlabelled images, whose labels only measure the
+    selection) a label of -1 marks an image without one, as STL-10's unlabelled split and
+    scikit-learn's semi-supervised estimators mark it: all -1 is a file without labels.
+    Images that cannot be loaded in the machine's memory, or take more than `max_memory_gb`,
+    are refused before they are read. A line for each array not read is appended to `notes`
+    where given, for the caller to warn."""
     text = str(path)
     bare = text.rstrip("/" + os.sep)
     if bare and bare != text and os.path.isfile(bare):  # Path("ok.npz/") drops the slash
@@ -2575,6 +2576,9 @@ def read_npz(
     if (layout := image_modes.channels_last(images.shape[1:], f"{path}: images")) is not None:
         raise layout
     labels = arrays.get("labels")
+    if labels is None and every_class:  # told with what the file holds, as 'images' is
+        held = _and([repr(f) for f in files])
+        raise UserError(f"{path}: has no array 'labels' to train on (it holds {held})", _NPZ_FIX)
     if labels is not None:
         labels = _npz_labels(path, labels, len(images))
         if pool and len(labels) and bool((labels == -1).all()):
@@ -2610,8 +2614,8 @@ def read_npz(
         known = labels[labels != -1] if labels is not None and pool else labels
         count = int(known.max()) + 1 if known is not None and len(known) else None
         notes += _unread(path, others, "classes" in arrays, count)
-    held = _tensor(labels.astype(np.int64)) if labels is not None else None
-    return _tensor(images), held, names
+    indices = _tensor(labels.astype(np.int64)) if labels is not None else None
+    return _tensor(images), indices, names
 
 
 def _npz_limit(cfg: DataConfig) -> float | None:
@@ -2634,8 +2638,7 @@ def npz(cfg: DataConfig) -> ImageData:
             f"{cfg.root} holds 0 images ('images' of shape {tuple(images.shape)})",
             "save at least one image in it: images of shape N,C,H,W with N >= 1",
         )
-    if labels is None:
-        raise UserError(f"{cfg.root}: has no 'labels' array to train on")
+    assert labels is not None  # read_npz refused a set to train on without
     train, val, test = _three_way(Split(labels, images), cfg, str(cfg.root))
     channels, height, width = images.shape[1:]  # read_npz checked N,C,H,W
     shape = (channels, height, width)
