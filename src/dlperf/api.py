@@ -95,9 +95,12 @@ def _shape(input_size: Any) -> list[int] | None:
 
 
 def _run_id(run_id: Any) -> int:
-    if not _whole(run_id):
+    """`run_id` as an int, taken as `log` takes a step (`_as_whole`): 1.0 and a 0-d tensor's
+    1 were refused as "a run id is a whole number", the very values `log` takes."""
+    whole = _as_whole(run_id)
+    if whole is None:
         raise UserError(f"a run id is a whole number, got {as_given(run_id)}")
-    return int(run_id)
+    return whole
 
 
 def _run_ids(given: Any) -> list[int]:
@@ -116,9 +119,10 @@ def _optional_whole(value: Any, what: str) -> int | None:
     which the store's queries failed on as a TypeError ("2" < 1) or took as 1 (True)."""
     if value is None:
         return None
-    if not _whole(value):
+    whole = _as_whole(value)
+    if whole is None:
         raise UserError(f"{what} is a whole number, got {as_given(value, typed=True)}")
-    return int(value)
+    return whole
 
 
 def _strings(given: Any, what: str, example: str) -> list[str]:
@@ -303,13 +307,21 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
 
 
 def _step(step: Any) -> int:
-    """`step` as the int `log` stores: an int (NumPy's, an integer tensor's) or a float of a
-    whole number (1.0, NumPy's 3.0, a 0-d tensor's 4.0), which names one step exactly as its
-    int does (a float holds every whole number to 2**53, past the store's bound); not a bool,
-    nor 1.5, which int() would put on step 1."""
-    value = step
-    item = getattr(step, "item", None)
-    if getattr(step, "ndim", None) == 0 and callable(item):
+    """`step` as the int `log` stores (`_as_whole`)."""
+    whole = _as_whole(step)
+    if whole is None:
+        raise UserError(f"a step is a whole number, got {as_given(step)}")
+    return whole
+
+
+def _as_whole(given: Any) -> int | None:
+    """`given` as an int, as the API takes a step or a run id: an int (NumPy's, an integer
+    tensor's) or a float of a whole number (1.0, NumPy's 3.0, a 0-d tensor's 4.0), which
+    names one exactly as its int does (a float holds every whole number to 2**53, past the
+    store's bound); not a bool, nor 1.5, which int() would put on 1. None for anything else."""
+    value = given
+    item = getattr(given, "item", None)
+    if getattr(given, "ndim", None) == 0 and callable(item):
         # A 0-d tensor (or array) as the Python number it holds, as NumPy's scalars are
         # taken: a float tensor is no numbers.Real. A bool tensor gives a bool, refused.
         with suppress(RuntimeError):  # a meta tensor holds no value
@@ -322,7 +334,7 @@ def _step(step: Any) -> int:
             # A Decimal is no numbers.Real, yet Decimal("10") is as whole as Fraction(20, 2)
             if isinstance(value, numbers.Real | Decimal) and float(value).is_integer():
                 return int(float(value))  # is_integer(): not NaN, inf
-    raise UserError(f"a step is a whole number, got {as_given(step)}")
+    return None
 
 
 def _logged_name(key: str) -> str:
@@ -1232,7 +1244,7 @@ class Store:
     def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
         """(step, value) pairs of one metric, in step order; `key` as stored or as `log`
         took it ("loss" reads train/loss)."""
-        self.run(run_id)  # an unknown run is an error, not an empty list
+        run_id = self.run(run_id).id  # an unknown run is an error, not an empty list
         name = self._stored_key(run_id, key, self._read().metric_keys(run_id))
         return self._store.metrics(run_id, name)
 
@@ -1258,7 +1270,7 @@ class Store:
         if keys is None:
             wanted = series
         else:
-            wanted = {k: series[self._stored_key(run_id, k, list(series))] for k in keys}
+            wanted = {k: series[self._stored_key(record.id, k, list(series))] for k in keys}
         # Every value logged is a row, as metrics(), the exports, MLflow and TensorBoard keep
         # them: a step a metric has twice is two rows of that step (a dict of step -> value
         # kept the last one alone). Rows line up by (step, the how-manieth value at that step).

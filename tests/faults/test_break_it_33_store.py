@@ -26,6 +26,8 @@ C6. A key or name stored in NFD (café copied from a macOS file name) was not fo
 C7. Run names and config text with an edge space printed alike ("a" and "a " two rows of a)
     in `runs list`, `runs show`'s title and `runs compare`: quoted there as class names are
     (`parsing.name_text`), 'a '.
+C8. The Store API refused run ids 1.0 and torch.tensor(1) as "a run id is a whole number",
+    the very values `log` takes as steps: one rule (`_as_whole`) for both.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from sqlalchemy import create_engine, text
 
 import dlperf
@@ -263,3 +266,18 @@ def test_names_and_config_text_with_an_edge_space_read_apart_in_runs_list_show_a
     assert json.loads(cli("runs", "compare", "1", "2", "--json").out)["config_diff"] == {
         "x": ["a", "a "]  # the data as stored
     }
+
+
+def test_the_store_api_takes_a_run_id_as_log_takes_a_step(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    for name in ("r1", "r2"):
+        with dlperf.track(name, store=db) as run:
+            run.log(torch.tensor(1), loss=1.0)
+    store = dlperf.Store(db)
+    assert store.run(1.0).id == 1
+    assert store.compare([np.int64(1), torch.tensor(2)]).run_ids == [1, 2]
+    assert store.metrics(torch.tensor(1), "loss") == [(1, 1.0)]
+    assert [r.id for r in store.runs(limit=torch.tensor(1))] == [2]
+    for refused in (1.5, True, "1", torch.tensor(0.5)):
+        with pytest.raises(UserError, match=r"^a run id is a whole number, got "):
+            store.run(refused)
