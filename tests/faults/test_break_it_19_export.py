@@ -158,6 +158,17 @@ def test_export_after_classes_renamed_keeps_the_trained_names(
     assert from_run(store, run_id).meta.labels == CLASSES
 
 
+def test_export_of_a_stopped_run_after_classes_renamed_keeps_the_trained_names(
+    store: RunStore, tmp_path: Path
+) -> None:
+    """A stopped run has no summary to name its classes: its checkpoint's names label it."""
+    run_id, imgs = _folder_run(store, tmp_path)
+    store.update_run(run_id, status="killed", summary=None)  # stopped after its checkpoint
+    for split in ("train", "val"):
+        (imgs / split / "c0").rename(imgs / split / "z0")
+    assert from_run(store, run_id).meta.labels == CLASSES
+
+
 def test_export_after_a_class_removed_names_the_data(store: RunStore, tmp_path: Path) -> None:
     run_id, imgs = _folder_run(store, tmp_path)
     for split in ("train", "val"):

@@ -36,7 +36,14 @@ from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.deploy.runtime import exported_batch, run_onnx
-from dlperf.engine.checks import check_float, dry_forward, out_of_memory
+from dlperf.engine.checks import (
+    BEFORE_SOFTMAX,
+    PROBABILITIES,
+    check_float,
+    dry_forward,
+    out_of_memory,
+    probabilities,
+)
 from dlperf.errors import CheckFailed, UserError, interrupted, raised_by_model
 from dlperf.formatting import few
 from dlperf.parsing import absolute_model_name, is_file_spec, one_line
@@ -179,8 +186,10 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
         size=(data.shape[1], data.shape[2]), channels=data.shape[0], mean=data.mean, std=data.std
     )
     # The names the run was trained on: an image folder's classes renamed since would shift
-    # every label. A run stored before they were kept has the data's names as they are now.
-    labels = (record.trained.data or {}).get("class_names") or list(data.classes)
+    # every label. A stopped run has no summary; its checkpoint keeps them. A run stored
+    # before either kept them has the data's names as they are now.
+    trained = (record.trained.data or {}).get("class_names") or saved.get("classes")
+    labels = trained or list(data.classes)
     meta = ModelMeta("classification", exp.model.name, INPUT, data.shape, pre, labels, run_id)
     meta.run_status, meta.epochs = record.status, exp.train.epochs
     _record_build(meta, exp.model.name, exp.model.kwargs)
@@ -892,7 +901,15 @@ def export(
     # A batch of 2 for a dynamic batch: the dynamo exporter specialises 1 to a constant.
     batch = 2 if dynamic_batch else 1
     with torch.no_grad():  # refused before the export, which takes a while
-        check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model)
+        scores = check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model)
+    said = [w for w in (warning, *source.warnings) if w is not None]
+    if probabilities(scores):  # as run's dry check warns of them, for what infer makes of them
+        said.append(
+            f"model '{meta.model}' {PROBABILITIES.format(mode=' in eval mode')}, and `dlperf "
+            "infer` and /predict softmax the scores again: each probability they show would be "
+            f"a softmax of probabilities (near 1/classes); {BEFORE_SOFTMAX}"
+        )
+        reporter.log(one_line(f"warning: {said[-1]}"))
     start = time.perf_counter()
 
     with _staged(out) as staged:
@@ -984,5 +1001,5 @@ def export(
         "parity_sets": sets,
         "export_seconds": export_s,
         "seconds": time.perf_counter() - start,
-        "warnings": [w for w in (warning, *source.warnings) if w is not None],
+        "warnings": said,
     }
