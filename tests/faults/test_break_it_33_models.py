@@ -1,5 +1,9 @@
 """Break-it round 33, P1 (the user's own models), fixer F1.
 
+- C1: `export` of a model returning probabilities (a softmax ending its forward, or only in
+  eval mode) said nothing, where `run` warns, and `dlperf infer` and /predict softmax the
+  scores again (every probability they show near 1/classes). Export's dry forward now warns
+  in run's words of why, before the export, and the report's `warnings` hold it.
 - C2: `analyze`/`predict --train` left the backward of common torch.nn pools uncounted ("not
   counted (no handler ...)"), dlperf's own alexnet_paper among them: LocalResponseNorm's
   avg_pool3d_backward, AdaptiveMaxPool1d/2d/3d's backward (and 3d's forward), MaxPool3d's,
@@ -9,6 +13,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -16,6 +24,97 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import dlperf
 from dlperf.analytic.ops import HANDLERS, Cost, kind_of
+from dlperf.deploy import export as exporting
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# --- C1: export of a model that returns probabilities ---------------------------------------
+
+# The tester's model (bk33 P1, m.py), one softmaxing in eval mode only, and two that are fine
+PROBABILITIES = """
+import torch, torch.nn as nn
+def softmax_end(num_classes=10):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, num_classes),
+                         nn.Softmax(dim=1))
+class EvalSoftmax(nn.Module):
+    def __init__(s, n=10): super().__init__(); s.l = nn.Linear(64, n)
+    def forward(s, x):
+        z = s.l(x.flatten(1))
+        return z if s.training else z.softmax(1)
+def eval_softmax(num_classes=10): return EvalSoftmax(num_classes)
+def logits(num_classes=10): return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
+def log_softmax(num_classes=10):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes), nn.LogSoftmax(dim=1))
+"""
+
+SAID = (
+    "warning: model '{spec}' returns probabilities in eval mode (each row of its scores is "
+    "non-negative and sums to 1, as after a softmax), and `dlperf infer` and /predict softmax "
+    "the scores again: each probability they show would be a softmax of probabilities (near "
+    "1/classes); return the scores before the softmax (the logits; log_softmax is fine)"
+)
+
+
+@pytest.fixture
+def probabilities(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text(PROBABILITIES)
+    return tmp_path
+
+
+class _Heard:
+    """A reporter keeping what export logs."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def task(self, description: str, total: int | None = None) -> None:
+        pass
+
+    def advance(self, n: int = 1, status: str = "") -> None:
+        pass
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+
+
+class _Exported(Exception):
+    """Raised in place of the export: what the dry check said is all the test asks."""
+
+
+@pytest.mark.parametrize(
+    ("factory", "warned"),
+    [("softmax_end", True), ("eval_softmax", True), ("logits", False), ("log_softmax", False)],
+)
+def test_c1_export_warns_of_a_model_returning_probabilities_before_exporting(
+    probabilities: Path, monkeypatch: pytest.MonkeyPatch, factory: str, warned: bool
+) -> None:
+    """Before: nothing said (run warns; export's dry forward checked the scores' type alone)."""
+
+    def exported(*args: object, **kwargs: object) -> str:
+        raise _Exported
+
+    monkeypatch.setattr(exporting, "_torch_export", exported)
+    spec = f"m.py:{factory}"
+    source = exporting.from_registry(spec, (1, 8, 8), from_user=True)
+    heard = _Heard()
+    with pytest.raises(_Exported):
+        exporting.export(source, probabilities / "m.onnx", reporter=heard)
+    assert heard.lines == ([SAID.format(spec=spec)] if warned else [])
+
+
+@pytest.mark.faults  # a whole export, 10-20 s on a busy core
+def test_c1_export_of_a_softmax_ended_model_says_so_and_reports_it(
+    cli: Cli, probabilities: Path
+) -> None:
+    """The tester's case: the line on stderr and in --json's warnings; the export is made."""
+    result = cli("export", "m.py:softmax_end", "--input", "1,8,8", "--out", "m.onnx", "--json")
+    assert result.code == 0, result.err
+    said = SAID.format(spec="m.py:softmax_end")
+    assert said in " ".join(result.err.split()), result.err  # wrapped at 160 columns off a tty
+    assert json.loads(result.out)["warnings"] == [said.removeprefix("warning: ")]
+
 
 # --- C2: the backward of every pool ---------------------------------------------------------
 

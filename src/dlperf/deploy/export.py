@@ -902,14 +902,14 @@ def export(
     batch = 2 if dynamic_batch else 1
     with torch.no_grad():  # refused before the export, which takes a while
         scores = check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model)
-    said = [w for w in (warning, *source.warnings) if w is not None]
+    warned = [w for w in (warning, *source.warnings) if w is not None]
     if probabilities(scores):  # as run's dry check warns of them, for what infer makes of them
-        said.append(
+        warned.append(
             f"model '{meta.model}' {PROBABILITIES.format(mode=' in eval mode')}, and `dlperf "
             "infer` and /predict softmax the scores again: each probability they show would be "
             f"a softmax of probabilities (near 1/classes); {BEFORE_SOFTMAX}"
         )
-        reporter.log(one_line(f"warning: {said[-1]}"))
+        reporter.log(one_line(f"warning: {warned[-1]}"))
     start = time.perf_counter()
 
     with _staged(out) as staged:
@@ -1001,5 +1001,5 @@ def export(
         "parity_sets": sets,
         "export_seconds": export_s,
         "seconds": time.perf_counter() - start,
-        "warnings": said,
+        "warnings": warned,
     }

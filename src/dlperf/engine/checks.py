@@ -755,28 +755,41 @@ def check_float(output: torch.Tensor, returns: str) -> None:
 SUMS_TO_ONE = 1e-4
 
 
-def _warn_probabilities(model: nn.Module, scores: torch.Tensor, what: str) -> None:
-    """Warn (`note`) where `model`'s (`what`) dry-forward `scores` are probabilities, each row
-    non-negative and summing to 1, as a softmax at the end of its forward gives: the loss,
-    cross-entropy, takes logits and applies softmax itself, so the model would train on a
-    softmax of probabilities (slowly, to a worse accuracy), with no error to say so, and
-    infer's probabilities would be a softmax of them again. A warning, not a refusal: a
-    model may mean it (a mixture it normalises itself). log_softmax's scores are negative,
-    and cross-entropy is the same of them as of the logits: not said."""
+PROBABILITIES = (
+    "returns probabilities{mode} (each row of its scores is non-negative and sums to 1, as after "
+    "a softmax)"
+)
+"""What a model whose scores are `probabilities` is said to return ({mode}: " in eval mode"
+where that is said); run's dry check and export's say it alike."""
+BEFORE_SOFTMAX = "return the scores before the softmax (the logits; log_softmax is fine)"
+
+
+def probabilities(scores: torch.Tensor) -> bool:
+    """Whether dry-forward `scores` are probabilities, each row non-negative and summing to 1,
+    as a softmax at the end of a forward gives: the loss, cross-entropy, takes logits and
+    applies softmax itself, and `dlperf infer` and /predict softmax the scores again.
+    log_softmax's scores are negative, and a softmax of them is the logits': not these."""
     if scores.is_meta or scores.numel() == 0:  # no values to read
-        return
+        return False
     with torch.no_grad():
         values = scores.detach().float()
         if not bool((values >= 0).all()):
-            return
+            return False
         sums = values.sum(dim=-1)
-        if not bool(((sums - 1).abs() <= SUMS_TO_ONE).all()):
-            return
+        return bool(((sums - 1).abs() <= SUMS_TO_ONE).all())
+
+
+def _warn_probabilities(model: nn.Module, scores: torch.Tensor, what: str) -> None:
+    """Warn (`note`) where `model`'s (`what`) dry-forward `scores` are `probabilities`: the
+    model would train on a softmax of probabilities (slowly, to a worse accuracy), with no
+    error to say so, and infer's probabilities would be a softmax of them again. A warning,
+    not a refusal: a model may mean it (a mixture it normalises itself)."""
+    if not probabilities(scores):
+        return
     note(
-        f"model {what} returns probabilities (each row of its scores is non-negative and sums "
-        "to 1, as after a softmax), but training's cross-entropy takes logits and applies "
-        "softmax itself, and infer softmaxes the scores again: return the scores before the "
-        "softmax (the logits; log_softmax is fine)",
+        f"model {what} {PROBABILITIES.format(mode='')}, but training's cross-entropy takes "
+        f"logits and applies softmax itself, and infer softmaxes the scores again: "
+        f"{BEFORE_SOFTMAX}",
         _source(model),
     )
 
