@@ -231,3 +231,30 @@ def test_a_kept_head_of_other_class_names_is_refused(
         "head for these classes, or give the data the classes of run 1 in its order)",
     )
     assert [r.id for r in store.list_runs()] == [1]
+
+
+def test_a_teacher_of_other_class_names_is_refused(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    """Before (review of C3): `distill --teacher 1` after a class folder was renamed took
+    the teacher's outputs for the classes by position, its pseudo-labels of 'a' saved as b's."""
+    imgs = abc_run(cli, tmp_path)
+    for split in ("train", "val"):
+        (imgs / split / "a").rename(imgs / split / "z")
+    pool = tmp_path / "pool.npz"  # unlabelled images of their own
+    np.savez(pool, images=np.random.default_rng(0).integers(0, 255, (6, 3, 8, 8), np.uint8))
+    one_line(
+        cli(
+            "distill",
+            str(tmp_path / "exp.toml"),
+            "--teacher",
+            "1",
+            "--unlabeled",
+            f"npz:root={pool}",
+        ),
+        2,
+        "error: teacher run 1 was trained on classes a, b, c; imagefolder has b, c, z: its "
+        "scores would be taken for other classes than they are of (give --teacher a run "
+        "trained on these classes (dlperf runs list), or leave --teacher out to train one)",
+    )
+    assert [r.id for r in store.list_runs()] == [1]

@@ -36,6 +36,7 @@ from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, Teach
 from dlperf.engine.build import as_run, build_model
 from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
+from dlperf.formatting import few
 from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FINISHED, Record, RunSummary
@@ -148,6 +149,14 @@ def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment
         raise UserError(
             f"{where} has {given.classes} classes; {labelled.name} has {labelled.num_classes}",
             f"give --teacher a run trained on {labelled.name} (dlperf runs list), or leave "
+            "--teacher out to train one",
+        )
+    trained, now = list(given.class_names), list(labelled.classes)
+    if trained and now and trained != now:  # an image folder's class renamed since, say
+        raise UserError(
+            f"{where} was trained on classes {few(trained)}; {labelled.name} has {few(now)}: "
+            "its scores would be taken for other classes than they are of",
+            "give --teacher a run trained on these classes (dlperf runs list), or leave "
             "--teacher out to train one",
         )
     for key in SAME_DATA:

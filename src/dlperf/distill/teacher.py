@@ -28,6 +28,9 @@ class Teacher:
     # Its model file is the one it was trained from (the stored sha256): weights that do not
     # fit the network rebuilt from it come from a factory building another one on each call.
     same_file: bool = False
+    # Its classes' names, in its outputs' order (none in an older dlperf's run): held to the
+    # labelled data's, whose names its scores are taken for by position.
+    class_names: tuple[str, ...] = ()
 
 
 def stored(store: RunStore, run_id: int) -> Teacher:
@@ -55,6 +58,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
         data["classes"],
         run.trained.test_accuracy,
         model_file_kept(run),
+        tuple(data.get("class_names") or ()),
     )
 
 
