@@ -281,3 +281,18 @@ def test_the_store_api_takes_a_run_id_as_log_takes_a_step(tmp_path: Path) -> Non
     for refused in (1.5, True, "1", torch.tensor(0.5)):
         with pytest.raises(UserError, match=r"^a run id is a whole number, got "):
             store.run(refused)
+
+
+def test_the_advice_for_a_used_up_table_other_than_metrics_works_on_an_empty_table(
+    pg_url: str,
+) -> None:
+    # runs' sequence set near its end by hand, and no run left: max(id) is NULL, and
+    # setval(seq, NULL) changes nothing
+    store = RunStore.open(pg_url)
+    _sql(pg_url, "SELECT setval(pg_get_serial_sequence('runs', 'id'), 2147483647)")
+    with pytest.raises(UserError) as e:
+        store.create_run("r", "run", {})
+    assert e.value.hint is not None
+    _sql(pg_url, e.value.hint.partition(": ")[2])  # the fix as given
+    assert store.create_run("r", "run", {}) == 1
+    store.engine.dispose()

@@ -1100,9 +1100,10 @@ def _ids_used_up(name: str, context: ExceptionContext) -> BaseException | None:
         f"widen them (this rewrites the table): ALTER TABLE {where} ALTER COLUMN id TYPE "
         f"bigint; ALTER SEQUENCE {seq} AS bigint"
         if where == Metric.__tablename__
-        # No store writes 2^31 runs, studies or artifacts: the sequence was set by hand.
+        # No store writes 2^31 runs, studies or artifacts: the sequence was set by hand. Back
+        # to the largest id; to 1 in an empty table (setval of max(id), NULL, changes nothing).
         else f"its sequence was set near its end by hand: SELECT setval('{seq}', "
-        f"(SELECT max(id) FROM {where}))"
+        f"coalesce(max(id), 0) + 1, false) FROM {where}"
     )
     return IdsUsedUp(
         f"run store {name}: table {where} has used up its row ids (sequence {seq} reached {top})",
