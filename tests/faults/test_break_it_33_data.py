@@ -258,3 +258,28 @@ def test_a_teacher_of_other_class_names_is_refused(
         "trained on these classes (dlperf runs list), or leave --teacher out to train one)",
     )
     assert [r.id for r in store.list_runs()] == [1]
+
+
+def test_a_sweep_of_a_kept_head_of_other_class_names_is_refused_up_front(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    """Before (review of C4): a sweep's up-front check passed it, and each point was stored as
+    a failed run of a started study."""
+    abc_run(cli, tmp_path)
+    path = tmp_path / "cba.npz"
+    images = np.random.default_rng(0).integers(0, 255, (12, 3, 8, 8), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.arange(12) % 3, classes=np.array(["c", "b", "a"]))
+    (tmp_path / "npz.toml").write_text(
+        f'[model]\nname = "smallcnn"\nweights = "run:1"\nhead = "keep"\n[data]\nname = "npz"\n'
+        f'root = "{path}"\n[train]\nepochs = 1\nbatch_size = 4\n[run]\nthreads = 1\n'
+        f'out_dir = "{tmp_path / "runs"}"\n'
+    )
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('base = "npz.toml"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    one_line(
+        cli("sweep", str(sweep)),
+        2,
+        f"error: {sweep} point 1 (train.lr=0.1): run 1's head is of classes a, b, c; npz has c, "
+        "b, a: kept, its outputs would be taken for other classes than they were trained on",
+    )
+    assert [r.id for r in store.list_runs()] == [1]

@@ -141,12 +141,16 @@ def first_refused(
     first: tuple[int, UserError] | None = None
     for indices in groups.values():
         data: ImageData | None = None
+        start: pretrained.Pretrained | None = None  # the group's weights: one model.weights
         built: set[str] = set()
         for index in indices:
             exp = exps[index]
             try:
                 if data is None:
-                    data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs), reporter)
+                    start = pretrained.resolve(exp.model, runs)
+                    data, _ = load_run_data(exp, start, reporter)
+                if start and exp.model.transfer != "scratch" and exp.model.head == "keep":
+                    check_kept_head(start, data)  # a stopped run's names come with its weights
                 check_batch_fits(exp.train.batch_size, data)
                 check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
                 check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
