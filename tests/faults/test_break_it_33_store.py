@@ -296,3 +296,19 @@ def test_the_advice_for_a_used_up_table_other_than_metrics_works_on_an_empty_tab
     _sql(pg_url, e.value.hint.partition(": ")[2])  # the fix as given
     assert store.create_run("r", "run", {}) == 1
     store.engine.dispose()
+
+
+def test_where_selects_every_run_holding_a_key_or_tag_in_either_normalisation(db: str) -> None:
+    # one run's key typed (NFC), another's copied from a macOS file name (NFD): --where
+    # selected the runs of one form alone, without a word
+    store = RunStore.open(db)
+    for form in ("NFC", "NFD"):
+        key = unicodedata.normalize(form, "café")
+        run_id = store.create_run(form, "run", {key: 1})
+        store.set_tags(run_id, {key: "yes"})
+    runs = store.list_runs()
+    for where in ("café=1", "tag.café=yes"):
+        for form in ("NFC", "NFD"):
+            typed = unicodedata.normalize(form, where)
+            assert [r.name for r in select(runs, [typed])] == ["NFD", "NFC"], (form, where)
+    store.engine.dispose()

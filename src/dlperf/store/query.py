@@ -502,18 +502,13 @@ class Condition:
         =0.3` selected nothing, without a word. (Taking the typed key first left out, without
         a word, the runs holding `train.lr` where another held `train.lr `.) A key no run
         holds, where one differs from it only by such white space, is refused naming that key
-        (it selected nothing). A key held in another Unicode normalisation (café typed, NFC;
-        cafe\u0301 stored, NFD) is the held one: the hint offered the look-alike."""
+        (it selected nothing). A key held in another Unicode normalisation is held (`_field`)."""
         typed = self.typed or self.key
         if any(_field(r, self.key)[0] for r in runs):
             return self
         if typed != self.key and any(_field(r, typed)[0] for r in runs):
             return replace(self, key=typed)
         held = {k for run in runs for k in (*_summary_keys(run), *flatten(run.config))}
-        held |= {f"tag.{t}" for run in runs for t in run.tags}
-        stored = stored_as(self.key, held)  # café typed (NFC), stored as cafe\u0301 (NFD)
-        if stored is not None:
-            return replace(self, key=stored)
         alike = sorted(k for k in held if k != self.key and _unspaced(k) == _unspaced(typed))
         if alike:
             raise UserError(
@@ -583,9 +578,12 @@ def _value(text: str) -> Any:
 
 
 def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
-    """(known for this run, value) of a --where key."""
+    """(known for this run, value) of a --where key, held in any Unicode normalisation: café
+    typed (NFC) names cafe\u0301 copied from a macOS file name (NFD). (Where runs held both
+    forms, --where took the form one held exactly, the others left out without a word.)"""
     if key.startswith("tag."):
         name = key.removeprefix("tag.")
+        name = name if name in run.tags else stored_as(name, run.tags) or name
         return name in run.tags, _value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
         return True, getattr(run, key)
@@ -598,6 +596,10 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     for source in sources:
         if key in source:
             return True, source[key]
+    for source in sources:
+        held = stored_as(key, source)
+        if held is not None:
+            return True, source[held]
     return False, None
 
 
@@ -643,19 +645,21 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     # offered `final.train/a=b` for `final.train/a=b=1`, which had failed on that very key.
     offered = {k for k in known if nameable(k)}
     for key in (c.key for c in conditions):
-        if key.startswith("tag.") and key not in tags:
+        held = tags if key.startswith("tag.") else known
+        if key in held or stored_as(key, held) is not None:  # café held as cafe\u0301 too
+            continue
+        if key.startswith("tag."):
             named = {t for t in tags if nameable(t[4:])}
             hint = did_you_mean(key, named, "set one with `dlperf runs tag ID KEY=VALUE`")
             raise UserError(f"--where {key}: no listed run has tag {key[4:]!r}", hint)
-        if not key.startswith("tag.") and key not in known:
-            hint = did_you_mean(
-                key,
-                _near(key, offered),
-                "keys: config keys (model.name, train.lr), status, kind, name, "
-                "summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME",
-                quote=True,
-            )
-            raise UserError(f"--where: unknown key {key!r}", hint)
+        hint = did_you_mean(
+            key,
+            _near(key, offered),
+            "keys: config keys (model.name, train.lr), status, kind, name, "
+            "summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME",
+            quote=True,
+        )
+        raise UserError(f"--where: unknown key {key!r}", hint)
     for status in (c.value for c in conditions if c.key == "status"):
         if status not in STATUSES:  # it would select nothing, as a misspelt key would
             raise UserError(
