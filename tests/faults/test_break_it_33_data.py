@@ -30,11 +30,14 @@ import numpy as np
 import pytest
 import torch
 
+from dlperf.config import DataConfig
 from dlperf.data import sources
 from dlperf.detect import ssd
+from dlperf.distill import pool
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.distill.test_pool import labelled_data
 from tests.faults.test_break_it_17_resume import _image_folder
 from tests.faults.test_break_it_21_detect import shapes
 from tests.faults.test_break_it_24_detect import finetune, refused_before_training
@@ -90,6 +93,20 @@ def test_npz_arrays_not_read_are_said_in_one_line(tmp_path: Path) -> None:
     ]
     sources.read_npz(pets(tmp_path / "r.npz", classes=np.array(["a", "b"])), notes=(notes := []))
     assert notes == []
+
+
+def test_a_pools_npz_array_not_read_is_named_in_a_warning(tmp_path: Path) -> None:
+    """Before (review of C1): distill's pool reader asked for no notes, so a pool's names saved
+    as 'names' were dropped without a word, its classes 0, 1 matched to none of the teacher's."""
+    path = tmp_path / "pool.npz"
+    images = np.full((3, 1, 4, 4), 9, np.uint8)
+    np.savez(path, images=images, labels=np.array([0, 1, 0]), names=np.array(["a", "b"]))
+    root = str(path)
+    got = pool.load(f"npz:root={root}", DataConfig(name="npz", root=root), labelled_data())
+    assert got.notes == [
+        f"{path}: its array 'names' is not read: dlperf takes class names from 'classes' "
+        "(save classes=names)"
+    ]
 
 
 @pytest.mark.parametrize(

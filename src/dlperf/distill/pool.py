@@ -206,7 +206,8 @@ def _read(cfg: DataConfig, reporter: Reporter | None) -> ImageData:
     if cfg.name != "npz":
         return load_data(cfg, reporter)
     # An npz pool may have no labels (truly unlabelled): -1 marks them unknown.
-    images, labels, classes = read_npz(cfg.root, pool=True)
+    notes: list[str] = []  # its arrays dlperf does not read: names saved as 'names', say
+    images, labels, classes = read_npz(cfg.root, pool=True, notes=notes)
     known = labels if labels is not None else torch.full((len(images),), -1, dtype=torch.int64)
     empty = Split(known[:0], images[:0])
     channels, height, width = images.shape[1:]  # read_npz checked N,C,H,W
@@ -218,6 +219,7 @@ def _read(cfg: DataConfig, reporter: Reporter | None) -> ImageData:
         len(classes),
         (channels, height, width),
         classes=classes,
+        notes=notes,
     )
     return resize(data, cfg.image_size, cfg.max_memory_gb) if cfg.image_size else data
 
