@@ -312,3 +312,22 @@ def test_where_selects_every_run_holding_a_key_or_tag_in_either_normalisation(db
             typed = unicodedata.normalize(form, where)
             assert [r.name for r in select(runs, [typed])] == ["NFD", "NFC"], (form, where)
     store.engine.dispose()
+
+
+def test_tag_values_with_an_edge_space_read_apart_in_runs_list_show_and_compare(
+    cli: Cli, db: str
+) -> None:
+    store = RunStore.open(db)
+    for value in ("a", "a "):
+        store.set_tags(store.create_run(value.strip(), "run", {}), {"x": value})
+    listed = cli("runs", "list").out.splitlines()[2:]
+    assert [row.split("│")[-1].strip() for row in listed] == ["x='a '", "x=a"]
+    shown = cli("runs", "show", "2").out.splitlines()
+    assert [c.strip() for c in next(r for r in shown if "tag x" in r).split("│")] == [
+        "tag x", "'a '"
+    ]  # fmt: skip
+    compared = cli("runs", "compare", "1", "2").out.splitlines()
+    assert [c.strip() for c in next(r for r in compared if "tag x" in r).split("│")][:3] == [
+        "tag x", "a", "'a '"
+    ]  # fmt: skip
+    store.engine.dispose()

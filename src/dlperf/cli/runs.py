@@ -50,7 +50,7 @@ def runs_list(
 
     Example: dlperf runs list --where model.name=resnet20 --where status=finished --limit 10
     """
-    from dlperf.store.query import config_value, list_runs
+    from dlperf.store.query import config_value, list_runs, tags_text
 
     runs = list_runs(open_listing, kind=kind, study=study, where=where or (), limit=limit)
     if console.printed_json(as_json, [r.to_dict() for r in runs]):
@@ -64,7 +64,7 @@ def runs_list(
             [r.id, name_text(r.name), r.kind, r.status, config_value(r.config, "model.name"),
              config_value(r.config, "data.name"), r.summary.get("test_accuracy"),
              r.summary.get("throughput"), r.started]
-            + ([" ".join(f"{k}={v}" for k, v in r.tags.items()) or None] if tagged else [])
+            + ([tags_text(r.tags)] if tagged else [])
             for r in runs
         ],
     )  # fmt: skip
@@ -113,7 +113,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
     ]
     if run.status == "lost":
         rows.append(["lost", f"stored as running, but pid {process.get('pid')} is gone"])
-    rows += [[f"tag {k}", v] for k, v in run.tags.items()]
+    rows += [[f"tag {k}", name_text(v)] for k, v in run.tags.items()]
     rows += [list(r) for r in view.results()]
     rows += [["transfer", note] for note in transfer_notes(summary)]
     rows += [["error", run.error]] if run.error else []

@@ -791,25 +791,32 @@ class Comparison:
     def rows(self) -> list[Row]:
         """The comparison as `runs compare` tables it: results that no run has left out,
         peak memory in MiB."""
-        # "a" and "a " read apart (a table pads its cells with spaces): 'a '
-        texts = {
-            k: [name_text(v) if isinstance(v, str) else v for v in vs]
-            for k, vs in self.config_diff.items()
-        }
-        rows = [[k, *v] for k, v in texts.items()]
+        rows = [[k, *_apart(v)] for k, v in self.config_diff.items()]
         for key, values in self.summary.items():
             if any(v is not None for v in values):
                 # An own result is labelled as `runs show` labels it: by its key.
                 if key in SUMMARY_KEYS:
                     key, values = _shown(key, values, self.summary["epochs"])
                 rows.append([key, *values])
-        rows += [[f"tag {t}", *values] for t, values in self.tags.items()]
+        rows += [[f"tag {t}", *_apart(values)] for t, values in self.tags.items()]
         rows.append(["status", *self.status])
         return [Row(label, values, delta(values)) for label, *values in rows]
 
     def to_dict(self) -> dict[str, Any]:
         """What `runs compare --json` prints."""
         return {"runs": self.run_ids, "config_diff": self.config_diff, "summary": self.summary}
+
+
+def _apart(values: list[Any]) -> list[Any]:
+    """`values` as a table shows them, text by `name_text`: "a" and "a " read apart (a table
+    pads its cells with spaces), 'a '."""
+    return [name_text(v) if isinstance(v, str) else v for v in values]
+
+
+def tags_text(tags: dict[str, str]) -> str | None:
+    """A run's tags as `runs list` shows them, KEY=VALUE, each value as `_apart` shows it
+    (x=a and x='a '); None for none."""
+    return " ".join(f"{k}={name_text(v)}" for k, v in tags.items()) or None
 
 
 def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
