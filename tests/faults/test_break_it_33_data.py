@@ -119,6 +119,12 @@ def test_a_pools_npz_array_not_read_is_named_in_a_warning(tmp_path: Path) -> Non
         ),
         (np.array([b"cat", b"dog"] * 6), "name the classes: classes, labels = numpy.unique"),
         (np.array(["0", "1"] * 6), "save labels=labels.astype(numpy.int64)"),
+        # a column of text (review of C5: told the cast that fails on 'cat')
+        (
+            np.array([["cat"], ["dog"]] * 6),
+            "name the classes: classes, labels = numpy.unique(labels[:, 0], return_inverse=True)",
+        ),
+        (np.array([["0"], ["1"]] * 6), "save labels=labels[:, 0].astype(numpy.int64)"),
     ],
 )
 def test_npz_labels_saved_as_text_are_told_a_fix_that_works(
@@ -130,14 +136,15 @@ def test_npz_labels_saved_as_text_are_told_a_fix_that_works(
     np.savez(path, images=images, labels=labels)
     with pytest.raises(UserError) as caught:
         sources.read_npz(path)
-    said = f"{path}: 'labels' is {labels.dtype} of shape (12,): dlperf wants one integer class "
-    assert str(caught.value).startswith(said + "index per image, shape (12,) (" + fix)
+    said = f"{path}: 'labels' is {labels.dtype} of shape {labels.shape}: dlperf wants one "
+    assert str(caught.value).startswith(said + "integer class index per image, shape (12,) (" + fix)
     # the fix, as said, makes a file that reads
+    column = labels[:, 0] if labels.ndim == 2 else labels
     if "unique" in fix:
-        classes, indices = np.unique(labels, return_inverse=True)
+        classes, indices = np.unique(column, return_inverse=True)
         np.savez(path, images=images, labels=indices, classes=classes)
     else:
-        np.savez(path, images=images, labels=labels.astype(np.int64))
+        np.savez(path, images=images, labels=column.astype(np.int64))
     assert len(sources.read_npz(path)[2]) == 2
 
 

@@ -2422,8 +2422,10 @@ def _npz_labels(path: str | Path, labels: np.ndarray, images: int) -> np.ndarray
     expression to save instead ("must hold one integer per image" said neither)."""
     said = f"{path}: 'labels' is {labels.dtype} of shape {labels.shape}"
     wants = f"dlperf wants one integer class index per image, shape ({images},)"
-    if labels.dtype.kind in "US" and labels.ndim == 1:  # text: digits, or the classes' names
-        raise UserError(f"{said}: {wants}", _text_labels_fix(labels))
+    # text, a row or a column of it: digits, or the classes' names
+    if labels.dtype.kind in "US" and (labels.ndim == 1 or labels.shape[1:] == (1,)):
+        expr = "labels" if labels.ndim == 1 else "labels[:, 0]"
+        raise UserError(f"{said}: {wants}", _text_labels_fix(labels.reshape(-1), expr))
     if labels.dtype.kind not in "biuf":
         raise UserError(f"{said}: {wants}", "save the labels as numpy.int64 class indices")
     expr, flat = "labels", labels
@@ -2456,17 +2458,18 @@ def _npz_labels(path: str | Path, labels: np.ndarray, images: int) -> np.ndarray
     return flat
 
 
-def _text_labels_fix(labels: np.ndarray) -> str:
-    """The numpy expression that makes 1-D text `labels` class indices: a cast for digits;
-    for names, their indices with the names kept as 'classes' (a cast fails on 'cat')."""
+def _text_labels_fix(labels: np.ndarray, expr: str) -> str:
+    """The numpy expression that makes 1-D text `labels` (`expr` of the saved array) class
+    indices: a cast for digits; for names, their indices with the names kept as 'classes' (a
+    cast fails on 'cat')."""
     try:
         labels.astype(np.int64)
     except (ValueError, OverflowError):
         return (
-            "name the classes: classes, labels = numpy.unique(labels, return_inverse=True), "
+            f"name the classes: classes, labels = numpy.unique({expr}, return_inverse=True), "
             "then save classes=classes, labels=labels"
         )
-    return "save labels=labels.astype(numpy.int64)"
+    return f"save labels={expr}.astype(numpy.int64)"
 
 
 def _imageless(path: str | Path, labels: np.ndarray) -> None:
