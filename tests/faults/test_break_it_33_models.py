@@ -3,7 +3,10 @@
 - C1: `export` of a model returning probabilities (a softmax ending its forward, or only in
   eval mode) said nothing, where `run` warns, and `dlperf infer` and /predict softmax the
   scores again (every probability they show near 1/classes). Export's dry forward now warns
-  in run's words of why, before the export, and the report's `warnings` hold it.
+  in run's words of why, before the export, and the report's `warnings` hold it. (R3) The
+  export also records it in the model's metadata (`probabilities`), and `dlperf infer` and
+  /predict rank such scores as they are, saying so once; a file exported before the record
+  is softmaxed as before.
 - C2: `analyze`/`predict --train` left the backward of common torch.nn pools uncounted ("not
   counted (no handler ...)"), dlperf's own alexnet_paper among them: LocalResponseNorm's
   avg_pool3d_backward, AdaptiveMaxPool1d/2d/3d's backward (and 3d's forward), MaxPool3d's,
@@ -17,15 +20,24 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import numpy as np
+import onnx
 import pytest
 import torch
+from onnx import helper
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import dlperf
 from dlperf.analytic.ops import HANDLERS, Cost, kind_of
 from dlperf.deploy import export as exporting
+from dlperf.deploy import infer, runtime
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy.served_model import ServedModel
+from dlperf.deploy.server import create_app
 from tests.conftest import CliResult
+from tests.deploy.test_server import LABELS, png, running, tiny_classifier
 
 Cli = Callable[..., CliResult]
 
@@ -50,9 +62,10 @@ def log_softmax(num_classes=10):
 
 SAID = (
     "warning: model '{spec}' returns probabilities in eval mode (each row of its scores is "
-    "non-negative and sums to 1, as after a softmax), and `dlperf infer` and /predict softmax "
-    "the scores again: each probability they show would be a softmax of probabilities (near "
-    "1/classes); return the scores before the softmax (the logits; log_softmax is fine)"
+    "non-negative and sums to 1, as after a softmax): its metadata records it, and `dlperf "
+    "infer` and /predict show them as they are, not softmaxed again; if it was trained with "
+    "cross-entropy, which takes logits, return the scores before the softmax (the logits; "
+    "log_softmax is fine)"
 )
 
 
@@ -102,6 +115,8 @@ def test_c1_export_warns_of_a_model_returning_probabilities_before_exporting(
     with pytest.raises(_Exported):
         exporting.export(source, probabilities / "m.onnx", reporter=heard)
     assert heard.lines == ([SAID.format(spec=spec)] if warned else [])
+    # what the metadata saved with the graph records, for infer and /predict (R3)
+    assert source.meta.probabilities is warned
 
 
 @pytest.mark.faults  # a whole export, 10-20 s on a busy core
@@ -114,6 +129,69 @@ def test_c1_export_of_a_softmax_ended_model_says_so_and_reports_it(
     said = SAID.format(spec="m.py:softmax_end")
     assert said in " ".join(result.err.split()), result.err  # wrapped at 160 columns off a tty
     assert json.loads(result.out)["warnings"] == [said.removeprefix("warning: ")]
+    assert meta_io.load(probabilities / "m.onnx").probabilities is True
+
+
+# --- C1 (R3): infer and /predict of an exported model that returns probabilities ------------
+
+
+def _softmaxed(path: Path, recorded: bool | None) -> Path:
+    """tiny_classifier's graph with a Softmax after its logits, as the export of a model
+    ending in a softmax gives; its metadata's record `recorded` (None: exported before
+    export recorded it)."""
+    tiny_classifier(path)
+    proto = onnx.load(str(path))
+    proto.graph.node.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=1))
+    proto.graph.output[0].name = "probs"
+    onnx.save(proto, str(path))
+    kept = meta_io.load(path)
+    kept.probabilities = recorded
+    meta_io.save(path, kept)
+    return path
+
+
+def _outputs(path: Path, image: bytes) -> np.ndarray:
+    """The graph's own first output (the probabilities) for the image's one row."""
+    pre = meta_io.load(path).preprocess
+    x = runtime.to_array(runtime.decode(image, "x.png"), pre, "x.png")
+    return runtime.run_onnx(runtime.session(path, 1), x[None])[0]
+
+
+@pytest.mark.parametrize("recorded", [True, None], ids=["recorded", "exported-before"])
+def test_c1_infer_ranks_recorded_probabilities_as_they_are(
+    tmp_path: Path, recorded: bool | None
+) -> None:
+    """Before: infer softmaxed the graph's probabilities again (each near 1/3 here)."""
+    model = _softmaxed(tmp_path / "p.onnx", recorded)
+    image = png(seed=1)
+    (tmp_path / "x.png").write_bytes(image)
+    result = infer.predict(model, [tmp_path / "x.png"], k=3)
+    outputs = _outputs(model, image)
+    expected = outputs if recorded else runtime.softmax(outputs.astype(np.float64))
+    shown = {t["label"]: t["probability"] for t in result["predictions"][0]["top"]}
+    assert shown == pytest.approx(dict(zip(LABELS, expected.tolist(), strict=True)), abs=1e-6)
+    said = "the model's scores are probabilities (recorded at export): shown as they are"
+    assert result.get("note") == (said if recorded else None)
+
+
+def test_c1_predict_serves_recorded_probabilities_as_they_are(tmp_path: Path) -> None:
+    """Before: /predict softmaxed them again. Said once, as the server starts (its model's
+    `said`, and in /v2/models/{name}'s metadata)."""
+    model = _softmaxed(tmp_path / "p.onnx", True)
+    image = png(seed=2)
+    with running(create_app(model, threads=1)) as url:
+        answer = httpx.post(f"{url}/predict?topk=3", content=image, timeout=60)
+        described = httpx.get(f"{url}/v2/models/p", timeout=60).json()
+    assert answer.status_code == 200, answer.text
+    shown = {p["label"]: p["probability"] for p in answer.json()["predictions"]}
+    expected = dict(zip(LABELS, _outputs(model, image).tolist(), strict=True))
+    assert shown == pytest.approx(expected, abs=1e-6)
+    assert described["probabilities"] is True
+    served = ServedModel(model, 1)
+    assert served.said == (
+        "the model's scores are probabilities (recorded at export): /predict shows them as they are"
+    )
+    assert ServedModel(tiny_classifier(tmp_path / "t.onnx"), 1).said is None
 
 
 # --- C2: the backward of every pool ---------------------------------------------------------

@@ -157,6 +157,8 @@ def predict_cmd(
     result = predict(model, images, opts.topk, labels, opts.threads)
     if console.printed_json(as_json, result):
         return
+    if "note" in result:
+        console.err_line(f"note: {result['note']}")
     rows = [
         [p["image"] if i == 0 else "", i + 1, t["label"], t["probability"]]
         for p in result["predictions"]

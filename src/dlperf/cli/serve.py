@@ -133,6 +133,8 @@ def start(
         f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
         f"{served.note}) on {url}{listening} - Ctrl-C stops after the queued requests"
     )
+    if served.said is not None:
+        console.err_line(f"note: {served.said}")
     stopped_by = serve_forever(server_app, sock, opts.read_timeout_s, opts.max_connections)
     if stopped_by is not None:
         # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM.

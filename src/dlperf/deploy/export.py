@@ -903,11 +903,14 @@ def export(
     with torch.no_grad():  # refused before the export, which takes a while
         scores = check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model)
     warned = [w for w in (warning, *source.warnings) if w is not None]
-    if probabilities(scores):  # as run's dry check warns of them, for what infer makes of them
+    # Recorded for infer and /predict, which would otherwise softmax them again (near
+    # 1/classes each); warned of as run's dry check warns, for a model trained on them.
+    meta.probabilities = probabilities(scores)
+    if meta.probabilities:
         warned.append(
-            f"model '{meta.model}' {PROBABILITIES.format(mode=' in eval mode')}, and `dlperf "
-            "infer` and /predict softmax the scores again: each probability they show would be "
-            f"a softmax of probabilities (near 1/classes); {BEFORE_SOFTMAX}"
+            f"model '{meta.model}' {PROBABILITIES.format(mode=' in eval mode')}: its metadata "
+            "records it, and `dlperf infer` and /predict show them as they are, not softmaxed "
+            f"again; if it was trained with cross-entropy, which takes logits, {BEFORE_SOFTMAX}"
         )
         reporter.log(one_line(f"warning: {warned[-1]}"))
     start = time.perf_counter()

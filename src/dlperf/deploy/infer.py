@@ -33,11 +33,14 @@ def predict(
     if labels and len(labels) != classes:
         source = labels_file or f"{model}'s metadata"
         raise UserError(f"{source} has {len(labels)} labels; the model has {classes} classes")
-    top = runtime.topk(logits, k, labels)
-    return {
+    top = runtime.topk(logits, k, labels, bool(meta.probabilities))
+    result: dict[str, Any] = {
         "model": str(model),
         "labels": "file" if labels_file else ("metadata" if labels else "indices"),
         "predictions": [
             {"image": str(path), "top": row} for path, row in zip(images, top, strict=True)
         ],
     }
+    if meta.probabilities:
+        result["note"] = f"{runtime.PROBABILITIES}: shown as they are"
+    return result

@@ -56,6 +56,10 @@ class ModelMeta:
     # dynamo exporter's MODEL.onnx.data), for `find` to refuse a graph beside another
     # export's weights; None for weights inside the graph, or metadata written before.
     weights_sha256: dict[str, str] | None = None
+    # Whether the classifier's scores are probabilities already (a softmax ends its forward
+    # in eval mode, as export's dry forward found): infer and /predict rank them as they are
+    # then, not softmaxed again. None in metadata written before it was recorded: softmaxed.
+    probabilities: bool | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

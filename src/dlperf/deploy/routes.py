@@ -205,7 +205,8 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
                     found = detections(outputs, described, size, score_threshold)
                     return {"model_name": model.name, "image_size": list(size), "detections": found}
                 logits = outputs[model.output_names[0]]
-                predictions = runtime.topk(logits, topk, described.labels)[0]
+                ranked = bool(described.probabilities)  # said once, as the server starts
+                predictions = runtime.topk(logits, topk, described.labels, ranked)[0]
                 return {"model_name": model.name, "predictions": predictions}
 
     @app.get("/metrics")

@@ -295,9 +295,17 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
     return np.stack(arrays)
 
 
-def topk(logits: np.ndarray, k: int, labels: list[str]) -> list[list[dict[str, Any]]]:
-    """Per row of logits, the k best classes as {index, label, probability}."""
-    probs = softmax(logits.astype(np.float64))
+PROBABILITIES = "the model's scores are probabilities (recorded at export)"
+"""What infer and the server say once of a model whose metadata records `probabilities`."""
+
+
+def topk(
+    logits: np.ndarray, k: int, labels: list[str], probabilities: bool = False
+) -> list[list[dict[str, Any]]]:
+    """Per row of logits, the k best classes as {index, label, probability}. `probabilities`:
+    the scores are probabilities already (the model's metadata says so), ranked as they are."""
+    scores = logits.astype(np.float64)
+    probs = scores if probabilities else softmax(scores)
     best = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
     return [
         [

@@ -67,6 +67,10 @@ class ServedModel:
         self.output_names = [o.name for o in self.outputs]
         if self.task == "classification":  # /predict ranks its scores as probabilities
             runtime.check_scores(self.session, path)
+        # What serve says once as it starts: /predict does not softmax them again.
+        self.said: str | None = None
+        if self.meta and self.meta.probabilities:
+            self.said = f"{runtime.PROBABILITIES}: /predict shows them as they are"
         batch_dim = self.inputs[0].shape[0] if self.inputs[0].shape else None
         # /predict feeds one image: a fixed batch of more would refuse every upload.
         if self.meta and isinstance(batch_dim, int) and batch_dim != 1:
@@ -139,7 +143,8 @@ class ServedModel:
             ) from None
 
     def metadata(self, max_batch: int, max_wait_ms: float, queue: int) -> dict[str, Any]:
-        """The v2 model metadata, plus preprocessing, labels and the batching in force."""
+        """The v2 model metadata, plus preprocessing, labels, whether its scores are probabilities
+        already (`probabilities`; None where not recorded) and the batching in force."""
 
         def tensors(args: list[Any]) -> list[dict[str, Any]]:
             return [
@@ -157,6 +162,7 @@ class ServedModel:
             "model": self.meta.model if self.meta else None,
             "preprocessing": asdict(self.meta.preprocess) if self.meta else None,
             "labels": self.meta.labels if self.meta else None,
+            "probabilities": self.meta.probabilities if self.meta else None,
             "batching": {
                 "dynamic": self.batchable,
                 "max_batch": max_batch,

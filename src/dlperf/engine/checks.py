@@ -767,8 +767,9 @@ BEFORE_SOFTMAX = "return the scores before the softmax (the logits; log_softmax 
 def probabilities(scores: torch.Tensor) -> bool:
     """Whether dry-forward `scores` are probabilities, each row non-negative and summing to 1,
     as a softmax at the end of a forward gives: the loss, cross-entropy, takes logits and
-    applies softmax itself, and `dlperf infer` and /predict softmax the scores again.
-    log_softmax's scores are negative, and a softmax of them is the logits': not these."""
+    applies softmax itself, and export records them for `dlperf infer` and /predict, which
+    softmax scores not so recorded. log_softmax's scores are negative, and a softmax of them
+    is the logits': not these."""
     if scores.is_meta or scores.numel() == 0:  # no values to read
         return False
     with torch.no_grad():
@@ -782,14 +783,13 @@ def probabilities(scores: torch.Tensor) -> bool:
 def _warn_probabilities(model: nn.Module, scores: torch.Tensor, what: str) -> None:
     """Warn (`note`) where `model`'s (`what`) dry-forward `scores` are `probabilities`: the
     model would train on a softmax of probabilities (slowly, to a worse accuracy), with no
-    error to say so, and infer's probabilities would be a softmax of them again. A warning,
+    error to say so. (Its export records them, and infer shows them as they are.) A warning,
     not a refusal: a model may mean it (a mixture it normalises itself)."""
     if not probabilities(scores):
         return
     note(
         f"model {what} {PROBABILITIES.format(mode='')}, but training's cross-entropy takes "
-        f"logits and applies softmax itself, and infer softmaxes the scores again: "
-        f"{BEFORE_SOFTMAX}",
+        f"logits and applies softmax itself: {BEFORE_SOFTMAX}",
         _source(model),
     )
 
