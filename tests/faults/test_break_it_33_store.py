@@ -331,3 +331,13 @@ def test_tag_values_with_an_edge_space_read_apart_in_runs_list_show_and_compare(
         "tag x", "a", "'a '"
     ]  # fmt: skip
     store.engine.dispose()
+
+
+def test_converge_reads_a_metric_stored_in_nfd_by_the_key_typed_in_nfc(db: str) -> None:
+    from dlperf.converge.curve import from_run
+
+    with dlperf.track("m", store=db) as run:
+        for step in (1, 2):
+            run.log(step, **{unicodedata.normalize("NFD", "val/café"): 1.0 / step})
+    curve = from_run(RunStore.open(db), run.id, "loss", "val/café")  # typed: NFC
+    assert list(curve.values) == [1.0, 0.5]

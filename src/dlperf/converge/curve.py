@@ -31,7 +31,7 @@ from dlperf.converge.regress import configuration
 from dlperf.converge.tables import numbers as column_numbers
 from dlperf.converge.tables import read_table
 from dlperf.errors import UserError
-from dlperf.parsing import one_line
+from dlperf.parsing import one_line, stored_as
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -807,6 +807,9 @@ def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) 
     run = store.get_run(run_id)
     stored = key or RUN_KEYS[metric]
     pairs = store.metrics(run_id, stored)
+    # val/café typed (NFC), stored as val/cafe\u0301 (NFD), as --where and runs plot take it
+    if not pairs and (held := stored_as(stored, store.metric_keys(run_id))) is not None:
+        stored, pairs = held, store.metrics(run_id, held)
     if not pairs:
         raise UserError(f"run {run_id} has no metric '{stored}'", "see `dlperf runs show`")
     epoch_steps = run.summary.get("steps_per_epoch")
