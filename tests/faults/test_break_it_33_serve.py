@@ -96,7 +96,9 @@ def test_a_level_whose_requests_timed_out_says_so_and_how_long_it_took(
 def test_a_level_whose_requests_timed_out_is_marked_unreliable_in_json(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its mark says it too, whether or not the level overran --duration (600 s here)."""
+    """Its mark says it too where the level did not overrun --duration (600 s here, ended by
+    --max-requests), without the overrun (review: "the level took 30.0 s for --duration
+    600 s" read as a level cut short)."""
     timing_out = itertools.chain([httpx.ConnectTimeout], itertools.repeat(200))
     serving(monkeypatch, iter([]), itertools.repeat(200), timing_out)
     r = cli("serve", "bench", URL, "--concurrency", "2", "--duration", "600", "--max-requests",
@@ -105,9 +107,8 @@ def test_a_level_whose_requests_timed_out_is_marked_unreliable_in_json(
     (level,) = json.loads(r.out)["levels"]
     assert level["statuses"] == {"200": 3, "ConnectTimeout": 1}
     assert level["reliable"] is False
-    assert level["reliability_note"].startswith(
-        "1 of 4 requests got no answer in 30 s; the level took 30.0 s for --duration 600 s, "
-        "its req/s over all of it"
+    assert level["reliability_note"].split("; contended")[0] == (
+        "1 of 4 requests got no answer in 30 s"
     )
     assert level["wall_s"] == pytest.approx(30.0, abs=0.05)
     assert level["throughput"] == pytest.approx(3 / level["wall_s"])

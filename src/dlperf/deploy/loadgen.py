@@ -461,14 +461,16 @@ def _error_kind(got: str) -> str:
 
 def _timed_out_note(statuses: Counter[str], wall: float, duration_s: float) -> str | None:
     """What a level's timed-out requests did to it: each held its client up to TIMEOUT_S, and
-    one sent before the deadline held the level open past --duration; req/s is over it all."""
+    one sent before the deadline held the level open past --duration (said where it did);
+    req/s is over it all."""
     timed_out = sum(statuses[name] for name in TIMED_OUT)
     if not timed_out:
         return None
-    return (
-        f"{timed_out} of {statuses.total()} requests got no answer in {TIMEOUT_S:g} s; the "
-        f"level took {wall:.1f} s for --duration {duration_s:g} s, its req/s over all of it"
-    )
+    said = f"{timed_out} of {statuses.total()} requests got no answer in {TIMEOUT_S:g} s"
+    if wall <= duration_s:  # ended by --max-requests: no overrun to tell
+        return said
+    overran = f"the level took {wall:.1f} s for --duration {duration_s:g} s"
+    return f"{said}; {overran}, its req/s over all of it"
 
 
 def _gone_hint(server: int | None, timed_out: bool) -> str:
