@@ -1,4 +1,4 @@
-"""Break-it round 33, P3 (the run store), causes C1 and C2.
+"""Break-it round 33, P3 (the run store), causes C1 to C8, and their review.
 
 C1. A PostgreSQL store's metric row ids were 32-bit (SERIAL): once 2^31 metric rows had ever
     been written (ids of deleted runs' rows are not reused), every `dlperf run` and
