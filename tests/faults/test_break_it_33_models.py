@@ -11,7 +11,9 @@
   counted (no handler ...)"), dlperf's own alexnet_paper among them: LocalResponseNorm's
   avg_pool3d_backward, AdaptiveMaxPool1d/2d/3d's backward (and 3d's forward), MaxPool3d's,
   AdaptiveAvgPool3d's, FractionalMaxPool2d/3d's forward and backward, LPPool's sgn. Every
-  pool whose forward is counted now has its backward counted too.
+  pool whose forward is counted now has its backward counted too. (R3) So are reflection
+  and replication padding's backward (Conv2d's padding_mode="reflect"/"replicate") and
+  CrossMapLRN2d's `resize_as_`.
 """
 
 from __future__ import annotations
@@ -311,3 +313,51 @@ def test_c2_alexnet_paper_training_step_is_counted_whole() -> None:
     x2", its two LocalResponseNorm layers' backward."""
     result = dlperf.analyze("alexnet_paper", train=True)
     assert result.unsupported_ops == {}
+
+
+# --- C2 (R3): padding's backward, and CrossMapLRN2d ------------------------------------------
+
+# (padding, the sample's shape, the conv before it, FLOPs of its backward by hand at batch 2:
+# one add per element of the padded output's gradient, into the input it was copied from)
+PADS = [
+    pytest.param(nn.ReflectionPad1d(1), (3, 10), nn.Conv1d(3, 4, 3, bias=False), 2 * 4 * 10,
+                 id="ReflectionPad1d"),
+    pytest.param(nn.ReflectionPad2d(1), (3, 10, 10), _conv(2), 2 * 4 * 10 * 10,
+                 id="ReflectionPad2d"),
+    pytest.param(nn.ReflectionPad3d(1), (1, 6, 6, 6), _conv(3), 2 * 2 * 6 * 6 * 6,
+                 id="ReflectionPad3d"),
+    pytest.param(nn.ReplicationPad1d(1), (3, 10), nn.Conv1d(3, 4, 3, bias=False), 2 * 4 * 10,
+                 id="ReplicationPad1d"),
+    pytest.param(nn.ReplicationPad2d(1), (3, 10, 10), _conv(2), 2 * 4 * 10 * 10,
+                 id="ReplicationPad2d"),
+    pytest.param(nn.ReplicationPad3d(1), (1, 6, 6, 6), _conv(3), 2 * 2 * 6 * 6 * 6,
+                 id="ReplicationPad3d"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pad", "sample", "conv", "backward"), PADS)
+def test_c2_reflection_and_replication_paddings_backward_is_counted_by_hand(
+    pad: nn.Module, sample: tuple[int, ...], conv: nn.Module, backward: int
+) -> None:
+    """Before: "not counted (no handler for these operators): aten.reflection_pad2d_backward",
+    as after any Conv2d(padding_mode="reflect") or "replicate" (CycleGAN's, pix2pix's)."""
+    model = nn.Sequential(conv, pad, nn.Flatten(), nn.LazyLinear(3))
+    model(torch.zeros(1, *sample))
+    counted = _counted(model, sample)
+    assert counted["unsupported"] == {}
+    assert 2 * (counted["macs"] + counted["backward_macs"]) == _fcm_flops(model, sample)
+    assert counted["backward_flops"] - 2 * counted["backward_macs"] - 2 * 3 == backward
+
+
+def test_c2_cross_map_lrn_step_is_counted_whole() -> None:
+    """Before: "not counted ...: aten.resize_as_ x3", torch.nn.CrossMapLRN2d's (legacy
+    autograd Function) resizes of its buffers, which compute nothing."""
+    counts = []
+    for norm in (nn.CrossMapLRN2d(3), nn.Identity()):
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), norm, nn.Flatten(), nn.LazyLinear(3))
+        model(torch.zeros(1, 3, 10, 10))
+        counts.append(_counted(model, (3, 10, 10)))
+    assert counts[0]["unsupported"] == {}
+    # its own work (pow, mul, add, and their backward) is counted
+    assert counts[0]["flops"] > counts[1]["flops"]
+    assert counts[0]["backward_flops"] > counts[1]["backward_flops"]

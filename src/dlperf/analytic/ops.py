@@ -350,7 +350,9 @@ for _name, _n in INTERPOLATE.items():
 
 # Nearest upsampling copies (no FLOPs, IGNORED); its backward adds each output's gradient into
 # the input position it was copied from: one add per element of the output's gradient.
-for _name in ("upsample_nearest", "_upsample_nearest_exact"):
+# Reflection and replication padding (Conv2d's padding_mode="reflect" or "replicate") copy
+# alike, and their backward adds alike.
+for _name in ("upsample_nearest", "_upsample_nearest_exact", "reflection_pad", "replication_pad"):
     for _dims in (1, 2, 3):
         HANDLERS[f"{_name}{_dims}d_backward"] = per_input(ELEMENTWISE)
 
@@ -491,6 +493,7 @@ IGNORED: frozenset[str] = frozenset(
         "empty_strided",
         "new_empty",
         "new_empty_strided",
+        "resize_as_",  # torch.nn.CrossMapLRN2d's buffers sized to its input
         "zeros",
         "zeros_like",
         "new_zeros",
