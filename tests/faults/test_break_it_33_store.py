@@ -44,14 +44,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 import dlperf
 from dlperf.errors import UserError
 from dlperf.report.runs import legend_labels
 from dlperf.store import RunStore
 from dlperf.store.query import compare, select
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import POSTGRES, CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
 
@@ -78,6 +78,11 @@ def _sql(url: str, *statements: str) -> list[Any]:
             return list(result) if result.returns_rows else []
     finally:
         engine.dispose()
+
+
+def _schema(url: str) -> str:
+    """The schema of a `fresh_store_url` store: its URL's -csearch_path=."""
+    return str(make_url(url).query["options"]).partition("=")[2]
 
 
 def _near_the_end(url: str) -> None:
@@ -124,9 +129,14 @@ def test_a_postgresql_store_of_32_bit_metric_ids_is_written_until_they_are_used_
     assert e.value.message.endswith(
         ": table metrics has used up its row ids (sequence metrics_id_seq reached 2147483647)"
     )
-    assert e.value.exit_code == 1 and e.value.hint is not None
-    assert e.value.hint.startswith("widen them (this rewrites the table): ALTER TABLE metrics")
-    _sql(pg_url, *e.value.hint.partition(": ")[2].split("; "))  # the fix as given
+    # The names in the store's schema: in psql, without the URL's search_path, `ALTER TABLE
+    # metrics` named no table, or public's
+    schema = _schema(pg_url)
+    assert e.value.exit_code == 1 and e.value.hint == (
+        f"widen them (this rewrites the table): ALTER TABLE {schema}.metrics ALTER COLUMN id "
+        f"TYPE bigint; ALTER SEQUENCE {schema}.metrics_id_seq AS bigint"
+    )
+    _sql(POSTGRES or "", *e.value.hint.partition(": ")[2].split("; "))  # the fix as given
     _logged(store, run_id, range(1, 21))
     # the failed INSERT's ids are not reused
     [(count, largest)] = _sql(pg_url, "SELECT count(*), max(id) FROM metrics")
@@ -292,8 +302,8 @@ def test_the_advice_for_a_used_up_table_other_than_metrics_works_on_an_empty_tab
     _sql(pg_url, "SELECT setval(pg_get_serial_sequence('runs', 'id'), 2147483647)")
     with pytest.raises(UserError) as e:
         store.create_run("r", "run", {})
-    assert e.value.hint is not None
-    _sql(pg_url, e.value.hint.partition(": ")[2])  # the fix as given
+    assert e.value.hint is not None and f"setval('{_schema(pg_url)}.runs_id_seq'" in e.value.hint
+    _sql(POSTGRES or "", e.value.hint.partition(": ")[2])  # the fix as given, in psql
     assert store.create_run("r", "run", {}) == 1
     store.engine.dispose()
 

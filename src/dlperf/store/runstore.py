@@ -926,11 +926,13 @@ def _idle_closed(name: str, context: ExceptionContext) -> IdleClosed:
 
 @dataclass(frozen=True)
 class _Session:
-    """What a PostgreSQL store's session is, as its server says: the database's encoding
-    and statement_timeout (as SHOW writes it: "0", "3ms", "1min")."""
+    """What a PostgreSQL store's session is, as its server says: the database's encoding,
+    statement_timeout (as SHOW writes it: "0", "3ms", "1min") and the schema of its tables
+    (its search_path's first that exists)."""
 
     encoding: str
     statement_timeout: str
+    schema: str
 
 
 def _schema_checked(engine: Engine, name: str) -> _Session:
@@ -947,7 +949,7 @@ def _schema_checked(engine: Engine, name: str) -> _Session:
         )
         schema, encoding, timeout = conn.exec_driver_sql(query).one()
         if schema is not None:
-            return _Session(str(encoding), str(timeout))
+            return _Session(str(encoding), str(timeout), str(schema))
         path = str(conn.exec_driver_sql("SHOW search_path").scalar() or "")
         user = str(conn.exec_driver_sql("SELECT current_user").scalar())
         schemas = [s.strip() for s in path.split(",") if s.strip()]
@@ -1080,12 +1082,14 @@ class IdsUsedUp(UserError):
     exit_code = 1
 
 
-def _ids_used_up(name: str, context: ExceptionContext) -> BaseException | None:
+def _ids_used_up(name: str, schema: str, context: ExceptionContext) -> BaseException | None:
     """SQLAlchemy's `handle_error` hook of a PostgreSQL store once it has opened: an INSERT
     whose table's sequence is at its maximum says so in one line, with the fix, not psycopg's
     traceback and the whole INSERT. metrics.id is 64-bit in a store made now; one made before
     has a SERIAL, used up after 2^31 metric rows ever written (a deleted run's are not
-    reused), which every `dlperf run` and `dlperf.track` met from then on."""
+    reused), which every `dlperf run` and `dlperf.track` met from then on. The fix names the
+    table and sequence in `schema`, the store's (quoted as SQL needs): in psql, without the
+    URL's search_path, a bare `metrics` named no table, or another store's."""
     orig = context.original_exception
     if getattr(orig, "sqlstate", None) != PG_IDS_USED_UP:
         return None
@@ -1095,15 +1099,16 @@ def _ids_used_up(name: str, context: ExceptionContext) -> BaseException | None:
     if table is None or sequence is None:
         return IdsUsedUp(f"run store {name}: {said}")
     where, (seq, top) = table[1], sequence.groups()
+    at = f"{schema}.{where}"
     hint = (
         # The column and its sequence both: a bigint sequence alone fails at the column
-        f"widen them (this rewrites the table): ALTER TABLE {where} ALTER COLUMN id TYPE "
-        f"bigint; ALTER SEQUENCE {seq} AS bigint"
+        f"widen them (this rewrites the table): ALTER TABLE {at} ALTER COLUMN id TYPE "
+        f"bigint; ALTER SEQUENCE {schema}.{seq} AS bigint"
         if where == Metric.__tablename__
         # No store writes 2^31 runs, studies or artifacts: the sequence was set by hand. Back
         # to the largest id; to 1 in an empty table (setval of max(id), NULL, changes nothing).
-        else f"its sequence was set near its end by hand: SELECT setval('{seq}', "
-        f"coalesce(max(id), 0) + 1, false) FROM {where}"
+        else f"its sequence was set near its end by hand: SELECT setval('{schema}.{seq}', "
+        f"coalesce(max(id), 0) + 1, false) FROM {at}"
     )
     return IdsUsedUp(
         f"run store {name}: table {where} has used up its row ids (sequence {seq} reached {top})",
@@ -1863,7 +1868,8 @@ class RunStore:
                 event.listen(engine, "handle_error", cancelled)
                 locked = functools.partial(_pg_lock_timeout, name)
                 event.listen(engine, "handle_error", locked)
-                event.listen(engine, "handle_error", functools.partial(_ids_used_up, name))
+                schema = engine.dialect.identifier_preparer.quote(session.schema)
+                event.listen(engine, "handle_error", functools.partial(_ids_used_up, name, schema))
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)
