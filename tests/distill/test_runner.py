@@ -170,7 +170,7 @@ def test_the_npz_data_set_reads_images_labels_and_class_names(tmp_path: Path) ->
     with pytest.raises(UserError, match="uint8 N,C,H,W"):
         load_data(DataConfig(name="npz", root=str(path)))
     np.savez(path, images=np.zeros((3, 1, 4, 4), np.uint8))
-    with pytest.raises(UserError, match="no 'labels' array"):
+    with pytest.raises(UserError, match=r"has no array 'labels' to train on \(it holds 'images'\)"):
         load_data(DataConfig(name="npz", root=str(path)))
 
 
