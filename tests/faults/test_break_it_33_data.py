@@ -307,3 +307,32 @@ def test_a_sweep_of_a_kept_head_of_other_class_names_is_refused_up_front(
         "b, a: kept, its outputs would be taken for other classes than they were trained on",
     )
     assert [r.id for r in store.list_runs()] == [1]
+
+
+@pytest.mark.faults  # two distill studies' worth of stages: over 10 s under load
+def test_a_distill_study_resumed_on_renamed_classes_trains_its_stages_again(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    """Before (review of C3): the study run again after a class folder was renamed reused its
+    teacher, whose outputs were then taken for the classes by position: its table's row 'b'
+    the images kept for 'a'."""
+    imgs = tmp_path / "imgs"
+    _image_folder(imgs, ["a", "b", "c"])
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        f'[model]\nname = "smallcnn"\n[data]\nname = "imagefolder"\nroot = "{imgs}"\n'
+        f"image_size = 8\n[train]\nepochs = 1\nbatch_size = 8\n[run]\nthreads = 1\n"
+        f'out_dir = "{tmp_path / "runs"}"\n'
+    )
+    pool = tmp_path / "pool.npz"
+    np.savez(pool, images=np.random.default_rng(0).integers(0, 255, (6, 3, 8, 8), np.uint8))
+    args = ["distill", str(exp), "--unlabeled", f"npz:root={pool}", "--top-k", "1",
+            "--pretrain-epochs", "1", "--finetune-epochs", "1"]  # fmt: skip
+    assert cli(*args).code == 0
+    for split in ("train", "val"):
+        (imgs / split / "a").rename(imgs / split / "z")
+    r = cli(*args)
+    assert r.code == 0, r.err
+    assert "teacher: training" in r.err and "teacher: run 1 finished before" not in r.err, r.err
+    (teacher,) = [run for run in store.list_runs() if run.id > 1 and "teacher" in run.name]
+    assert teacher.trained.data["class_names"] == ["b", "c", "z"]  # type: ignore[index]

@@ -441,7 +441,12 @@ def run_distill(
             continue
         # The modules its model file imports are no part of its config hash (that needs the
         # file imported): a run trained before one changed is no stage of the code as it is.
-        if changed_source(stored.config, stored.system) is None:
+        if changed_source(stored.config, stored.system) is not None:
+            continue
+        # Nor one trained on classes named otherwise (an image folder's renamed since, the
+        # same count): its outputs stand for other classes than the data's by those names.
+        named = (stored.trained.data or {}).get("class_names")
+        if named is None or named == list(p.labelled.classes):
             done.setdefault(stored.config_hash, {"id": stored.id, "summary": stored.summary})
     study = _Study(store, p, study_id, directory, reporter, done)
     result = DistillResult(
