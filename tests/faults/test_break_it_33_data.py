@@ -291,6 +291,24 @@ def test_a_teacher_of_other_class_names_is_refused(
     assert [r.id for r in store.list_runs()] == [1]
 
 
+def test_a_kept_head_of_a_run_checkpoint_file_of_other_class_names_is_refused(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    """Before (review of C4): a run's checkpoint given as a file kept its head by position:
+    only run:ID's names were read."""
+    abc_run(cli, tmp_path)
+    (path,) = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
+    exp = cba_from_run_1(tmp_path)
+    exp.write_text(exp.read_text().replace('"run:1"', f'"{path}"'))
+    one_line(
+        cli("run", str(exp)),
+        2,
+        f"error: {path}'s head is of classes a, b, c; npz has c, b, a: kept, its outputs would "
+        "be taken for other classes than they were trained on",
+    )
+    assert [r.id for r in store.list_runs()] == [1]
+
+
 def test_a_sweep_of_a_kept_head_of_other_class_names_is_refused_up_front(
     cli: Cli, tmp_path: Path, store: RunStore
 ) -> None:

@@ -57,7 +57,7 @@ class Pretrained:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     # The names of the head's classes, in its order, where known (a run's): a kept head is
     # held to the data's. A finished run's summary names them; a stopped run's checkpoint,
-    # read by `fetch`, fills them in.
+    # or one given as a file, read by `fetch`, fills them in.
     classes: list[str] = field(default_factory=list)
 
 
@@ -203,6 +203,7 @@ def _from_file(spec: str) -> Pretrained:
     if not path.is_file():
         what = "is a directory" if kind else "no such file"
         raise UserError(f"model.weights {spec}: {what}", f"give {FORMS}")
+    classes: list[str] = []
 
     def fetch() -> StateDict:
         try:
@@ -212,6 +213,9 @@ def _from_file(spec: str) -> Pretrained:
                 state: Any = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # garbage, a truncated zip, a pickle of other objects
             raise _unloadable(path, e) from None
+        named = state.get("classes") if isinstance(state, dict) else None
+        if isinstance(named, list) and all(isinstance(c, str) for c in named):
+            classes[:] = named  # a dlperf run's checkpoint names its head's classes
         for key in ("model", "state_dict"):
             if isinstance(state, dict) and isinstance(state.get(key), dict):
                 state = state[key]
@@ -221,7 +225,7 @@ def _from_file(spec: str) -> Pretrained:
             raise UserError(f"model.weights {path} holds no state dict of tensors", SAVE)
         return state
 
-    return Pretrained(str(path), fetch)
+    return Pretrained(str(path), fetch, classes=classes)
 
 
 def _unloadable(path: Path, e: Exception) -> UserError:
