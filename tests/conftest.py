@@ -23,6 +23,7 @@ from dlperf import stopping, timing
 from dlperf.config import Experiment
 from dlperf.distributed.contracts import ComputePhase, DdpStats, MainPhase, RankResult
 from dlperf.experiment.run import run_experiment
+from dlperf.progress import NullReporter
 from dlperf.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -425,3 +426,13 @@ def interrupt_wrapped_by_a_class_body() -> None:
 
     except KeyboardInterrupt as e:  # Python 3.12 and later no longer wrap it
         raise RuntimeError(f"Error calling __set_name__ on 'Field' instance {e!r}") from e
+
+
+class Logged(NullReporter):
+    """A reporter that keeps what it is told to log (the library's progress goes nowhere)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)

@@ -14,6 +14,7 @@ from dlperf import demo
 from dlperf.config import Experiment, load_experiment
 from dlperf.progress import NullReporter
 from dlperf.store import RunStore
+from tests.conftest import Logged
 
 
 class Result:
@@ -22,14 +23,6 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return self.doc
-
-
-class Logged(NullReporter):
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
 
 
 class Training:

@@ -14,8 +14,8 @@ from dlperf.analytic.measure import KERNELS, Kernel, make_step, solve
 from dlperf.analytic.paleo import compare, fit_ppp, predict
 from dlperf.analytic.recorded import measure_recorded, predict_model
 from dlperf.errors import UserError
-from dlperf.progress import NullReporter
 from dlperf.store import RunStore
+from tests.conftest import Logged
 
 # 1 TFLOP/s fp32, 2 TFLOP/s fp16, 100 GB/s: round numbers to check the formula by hand.
 # Per-kind PPPs a calibration should give back (tests here and in test_paleo_interleaved).
@@ -197,16 +197,6 @@ def test_calibration_recovers_each_constant(kernel: Kernel) -> None:
     assert getattr(solved, field) == pytest.approx(value)
     # A measurement the other terms already exceed leaves the unknown unknown.
     assert solve(kernel, unknown, 1e-12, a) is None
-
-
-class Logged(NullReporter):
-    """A reporter that keeps what it is told to log."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
 
 
 def no_store() -> RunStore:

@@ -18,20 +18,7 @@ from dlperf.analytic.interleaved import SameMoment
 from dlperf.analytic.recorded import calibrate_recorded, predict_model
 from dlperf.errors import UserError
 from dlperf.store import RunStore
-
-
-class Logged:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def task(self, description: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, n: int = 1, status: str = "") -> None:
-        pass
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
+from tests.conftest import Logged
 
 
 def no_store() -> RunStore:

@@ -23,23 +23,10 @@ from dlperf.distributed.allreduce_study import (
 from dlperf.distributed.launch import Launch
 from dlperf.errors import UserError
 from dlperf.store import RunStore
+from tests.conftest import Logged
 
 ALPHA, BANDWIDTH = 20e-6, 2e9
 SIZES = [1024, 2**20, 2**24]
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def task(self, description: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, n: int = 1, status: str = "") -> None:
-        pass
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
 
 
 def contention(wait: float) -> dict[str, Any]:
@@ -77,7 +64,7 @@ def torchrun(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str], dict
 def test_each_worker_count_is_a_run_of_one_study_with_the_ring_model_of_all(
     store: RunStore, tmp_path: Path, torchrun: list[Any]
 ) -> None:
-    log = Log()
+    log = Logged()
     found = run_allreduce_study(store, [4, 2, 3, 2], "1KB..16MB", "gloo", tmp_path, iters=7,
                                 warmup=1, reporter=log)  # fmt: skip
     assert [n for n, _, _ in torchrun] == [2, 3, 4]  # each count once, fewest first

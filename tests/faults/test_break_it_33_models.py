@@ -38,7 +38,7 @@ from dlperf.deploy import infer, runtime
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.served_model import ServedModel
 from dlperf.deploy.server import create_app
-from tests.conftest import CliResult
+from tests.conftest import CliResult, Logged
 from tests.deploy.test_server import LABELS, png, running, tiny_classifier
 
 Cli = Callable[..., CliResult]
@@ -78,22 +78,6 @@ def probabilities(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-class _Heard:
-    """A reporter keeping what export logs."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def task(self, description: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, n: int = 1, status: str = "") -> None:
-        pass
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
-
-
 class _Exported(Exception):
     """Raised in place of the export: what the dry check said is all the test asks."""
 
@@ -113,7 +97,7 @@ def test_c1_export_warns_of_a_model_returning_probabilities_before_exporting(
     monkeypatch.setattr(exporting, "_torch_export", exported)
     spec = f"m.py:{factory}"
     source = exporting.from_registry(spec, (1, 8, 8), from_user=True)
-    heard = _Heard()
+    heard = Logged()
     with pytest.raises(_Exported):
         exporting.export(source, probabilities / "m.onnx", reporter=heard)
     assert heard.lines == ([SAID.format(spec=spec)] if warned else [])
