@@ -180,10 +180,12 @@ def same_text(a: str, b: str) -> bool:
 
 
 def stored_as(key: str, stored: Collection[str]) -> str | None:
-    """The one of `stored` that is `key` in another Unicode normalisation (`same_text`), for
-    a lookup that found no key as given; None where none is. Stored keys all ASCII, as most
-    are, are their own NFC: told at C speed, not normalised one by one (--where looks a key
-    up so in each run lacking it, which took a quarter longer to read)."""
+    """`key` as `stored` holds it: itself, else the one that is `key` in another Unicode
+    normalisation (`same_text`); None where none is. Stored keys all ASCII, as most are, are
+    their own NFC: told at C speed, not normalised one by one (--where looks a key up so in
+    each run lacking it, which took a quarter longer to read)."""
+    if key in stored:
+        return key
     wanted = unicodedata.normalize("NFC", key)
     if "".join(stored).isascii():
         return wanted if wanted in stored else None

@@ -267,7 +267,7 @@ def draw_runs(
         raise UserError(f"run(s) {which} stored no metrics", "see `dlperf runs show`")
     listing = "stored keys: " + ", ".join(sorted(stored))
     # café typed (NFC), stored as cafe\u0301 (NFD): the stored key
-    keys = [key if key in stored else stored_as(key, stored) or key for key in keys]
+    keys = [stored_as(key, stored) or key for key in keys]
     for key in keys:
         if key not in stored:
             hint = did_you_mean(key, stored, listing)

@@ -583,7 +583,7 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     forms, --where took the form one held exactly, the others left out without a word.)"""
     if key.startswith("tag."):
         name = key.removeprefix("tag.")
-        name = name if name in run.tags else stored_as(name, run.tags) or name
+        name = stored_as(name, run.tags) or name
         return name in run.tags, _value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
         return True, getattr(run, key)
@@ -646,7 +646,7 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     offered = {k for k in known if nameable(k)}
     for key in (c.key for c in conditions):
         held = tags if key.startswith("tag.") else known
-        if key in held or stored_as(key, held) is not None:  # café held as cafe\u0301 too
+        if stored_as(key, held) is not None:  # café held as cafe\u0301 too
             continue
         if key.startswith("tag."):
             named = {t for t in tags if nameable(t[4:])}
