@@ -192,8 +192,8 @@ def test_finetune_refuses_weights_trained_on_other_class_names(cli: Cli, tmp_pat
 # --- C3: a resume on renamed classes ------------------------------------------------------------
 
 
-def abc_run(cli: Cli, tmp_path: Path) -> Path:
-    """Run 1, a finished 1-epoch run on an image folder of classes a, b, c; the folder."""
+def abc_experiment(tmp_path: Path) -> tuple[Path, Path]:
+    """An image folder of classes a, b, c and a 1-epoch experiment on it: (folder, file)."""
     imgs = tmp_path / "imgs"
     _image_folder(imgs, ["a", "b", "c"])
     exp = tmp_path / "exp.toml"
@@ -202,6 +202,12 @@ def abc_run(cli: Cli, tmp_path: Path) -> Path:
         f"image_size = 8\n[train]\nepochs = 1\nbatch_size = 8\n[run]\nthreads = 1\n"
         f'out_dir = "{tmp_path / "runs"}"\n'
     )
+    return imgs, exp
+
+
+def abc_run(cli: Cli, tmp_path: Path) -> Path:
+    """Run 1, a finished 1-epoch run of `abc_experiment`; the folder."""
+    imgs, exp = abc_experiment(tmp_path)
     r = cli("run", str(exp))
     assert r.code == 0, r.err
     return imgs
@@ -334,14 +340,7 @@ def test_a_distill_study_resumed_on_renamed_classes_trains_its_stages_again(
     """Before (review of C3): the study run again after a class folder was renamed reused its
     teacher, whose outputs were then taken for the classes by position: its table's row 'b'
     the images kept for 'a'."""
-    imgs = tmp_path / "imgs"
-    _image_folder(imgs, ["a", "b", "c"])
-    exp = tmp_path / "exp.toml"
-    exp.write_text(
-        f'[model]\nname = "smallcnn"\n[data]\nname = "imagefolder"\nroot = "{imgs}"\n'
-        f"image_size = 8\n[train]\nepochs = 1\nbatch_size = 8\n[run]\nthreads = 1\n"
-        f'out_dir = "{tmp_path / "runs"}"\n'
-    )
+    imgs, exp = abc_experiment(tmp_path)
     pool = tmp_path / "pool.npz"
     np.savez(pool, images=np.random.default_rng(0).integers(0, 255, (6, 3, 8, 8), np.uint8))
     args = ["distill", str(exp), "--unlabeled", f"npz:root={pool}", "--top-k", "1",
