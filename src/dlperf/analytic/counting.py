@@ -29,7 +29,8 @@ the rows and that list add up to model.parameters().
 
 A forward that torch's own code cannot run on the meta device (pad_packed_sequence after
 `pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices), or that meets a
-tensor of the model's made on the CPU (`x + torch.arange(8)`, made without device=), is counted
+tensor of the model's made on the CPU (`x + torch.arange(8)`, made without device=), or that
+calls an operator of the user's own with no fake impl (torch.library), is counted
 on real CPU tensors of random values instead, when the model is small enough, and says so
 (`Analysis.real_tensors`), as is a forward under torch.autocast('cpu', ...) (autocast casts CPU
 tensors only: on meta its regions would count at fp32) or torch.autocast(x.device.type, ...)
@@ -1528,6 +1529,33 @@ class MadeOnCpu(NeedsRealTensors):
         )
 
 
+# What torch says when an operator of the user's own (torch.library's define and impl, or a
+# @torch.library.custom_op) has no kernel for the meta device: "ns::op: attempted to run this
+# operator with Meta tensors, but there was no fake impl or Meta kernel registered", and a
+# custom_op's "There was no fake impl registered for <CustomOpDef(ns::op)>".
+_NO_FAKE = re.compile(
+    r"^(?P<op>[\w.]+::[\w.]+): attempted to run this operator with Meta tensors"
+    r"|no fake impl registered for <CustomOpDef\((?P<custom>[\w.]+::[\w.]+)\)>"
+)
+
+
+class NoFakeImpl(NeedsRealTensors):
+    """An operator of the user's own has no fake impl (no Meta kernel): the input is fine, a
+    run trains the model on the CPU, and the operator itself is not counted ("not counted:
+    ns.op") where the rest is counted on real CPU tensors."""
+
+    def __init__(self, op: str, command: str) -> None:
+        self.op = op
+        super().__init__(
+            f"the operator {op} has no fake impl (Meta kernel) for the meta device {command} "
+            "runs the model on",
+            f"the operator {op} has no fake impl (Meta kernel)",
+            command,
+            f"register a fake impl for it (torch.library.register_fake('{op}'), or "
+            "@op.register_fake for a custom_op), which the meta device runs",
+        )
+
+
 def _models_function(e: BaseException) -> str:
     """The model's function running where `e` was raised: the innermost frame outside torch and
     this module ("Net.forward"); "the model's forward" where there is none."""
@@ -1657,8 +1685,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
     one line, while an exception the model's own code raises goes on as it is (the CLI tells
     it with the model's frames). On the meta device, the model's forward reading tensor
     values is one line naming `command`; torch's own code reading them is TorchReadsValues, a
-    CPU tensor of the model's meeting `x` is MadeOnCpu (both counted on real tensors by
-    `analyze_module`)."""
+    CPU tensor of the model's meeting `x` is MadeOnCpu, an operator of the user's own without
+    a fake impl is NoFakeImpl (all counted on real tensors by `analyze_module`)."""
     _RAISED_INSIDE.error = None
     try:
         with _distributions_unchecked():
@@ -1690,6 +1718,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             ) from None
         if x.is_meta and _DEVICES_MIXED.search(first) and "meta" in first and "cpu" in first:
             raise MadeOnCpu(_models_function(e), said, command) from None
+        if x.is_meta and (fakeless := _NO_FAKE.search(first)) is not None:
+            raise NoFakeImpl(fakeless["op"] or fakeless["custom"], command) from None
         too_large = _overflowed(first, x, command)
         if too_large is not None:
             raise too_large from None

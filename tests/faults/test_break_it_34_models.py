@@ -1,0 +1,103 @@
+"""Break-it round 34, P1 (the user's own models), fixer F1.
+
+- C1: a model calling an operator of the user's own (torch.library's define and impl, or a
+  @torch.library.custom_op) with no fake impl was refused by `analyze` and `predict` as "the
+  model rejects input [1, 3, 32, 32] ... its forward must take that": the input is fine (a
+  run trains it on the CPU), the meta device the count runs on is what the operator lacks.
+  Such a model is now counted on real CPU tensors, as one whose torch code reads values is,
+  saying which operator has no fake impl, the operator itself "not counted"; too large for
+  real tensors, one line names the operator and how to register a fake impl.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.analytic import counting
+from dlperf.analytic.counting import analyze_module
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# --- C1: an operator of the user's own with no fake impl ------------------------------------
+
+# Defined once a process: torch.library refuses a namespace or an operator defined twice.
+_LIB = torch.library.Library("dlperf_bk34", "DEF")
+_LIB.define("quad(Tensor x) -> Tensor")
+_LIB.impl("quad", lambda x: x * 4, "CPU")
+
+
+@torch.library.custom_op("dlperf_bk34c::thrice", mutates_args=())
+def thrice(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+class UserOp(nn.Module):
+    """The tester's model (bk34 P1, lib2.py): a convolution, the user's operator, a head."""
+
+    def __init__(self, num_classes: int = 10, custom: bool = False) -> None:
+        super().__init__()
+        self.custom = custom
+        self.c = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4 * 30 * 30, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.c(x)
+        y = thrice(y) if self.custom else torch.ops.dlperf_bk34.quad(y)
+        return self.fc(y.flatten(1))
+
+
+MODEL = """
+from tests.faults.test_break_it_34_models import UserOp
+def make(num_classes=10): return UserOp(num_classes)
+"""
+
+# what the conv and the head count on any device: 4*30*30 outputs of 27 MACs, then 3600 x 10
+MACS = 4 * 30 * 30 * 27 + 3600 * 10
+
+
+@pytest.fixture
+def user_op(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text(MODEL)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["analyze", "predict"])
+def test_c1_a_torch_library_op_without_fake_impl_is_counted_on_real_tensors(
+    cli: Cli, user_op: Path, command: str
+) -> None:
+    device = ["--device", "K80"] if command == "predict" else []
+    result = cli(command, "m.py:make", *device)
+    assert result.code == 0, result.err
+    assert "rejects input" not in result.err
+    err = " ".join(result.err.split())
+    assert "counted on real CPU tensors" in err
+    assert "the operator dlperf_bk34::quad has no fake impl" in err
+    assert "dlperf_bk34.quad x1" in err
+
+
+def test_c1_a_custom_op_without_fake_impl_is_counted_on_real_tensors() -> None:
+    counted = analyze_module(UserOp(custom=True), [3, 32, 32])
+    assert counted.real_tensors is not None
+    assert "dlperf_bk34c::thrice has no fake impl" in counted.real_tensors
+    assert counted.unsupported_ops == {"dlperf_bk34c.thrice": 1}
+    assert sum(layer.macs for layer in counted.layers) == MACS
+
+
+def test_c1_too_large_for_real_tensors_names_the_op_and_its_fix(
+    cli: Cli, user_op: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(counting, "REAL_TENSORS_MAX_BYTES", 1000)
+    result = cli("analyze", "m.py:make")
+    assert result.code == 2
+    assert result.out == ""
+    err = " ".join(result.err.split())
+    assert err.startswith("error: the operator dlperf_bk34::quad has no fake impl"), err
+    assert "torch.library.register_fake('dlperf_bk34::quad')" in err
+    assert "rejects input" not in err
