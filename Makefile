@@ -13,10 +13,15 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo test test-scenarios test-faults test-slow test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
 
+# `--no-compile`: pip would compile every module of torch and its neighbours (about 17,000 files,
+# 90 of the install's 160 CPU s on 2 cores) where a test run imports a small part of them, which
+# Python then compiles and caches at first import (docs/benchmarks.md).
+PIP_INSTALL := $(BIN)/pip install --quiet --no-compile
+
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PIP_INSTALL) -c constraints.txt -e '.[dev]'
 	touch $(BIN)/dlperf
 
 setup: $(BIN)/dlperf
@@ -68,7 +73,7 @@ format: setup
 	$(BIN)/ruff check --fix src tests benchmarks
 
 bench: setup
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	$(PIP_INSTALL) -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/python benchmarks/run_all.py
 
 # SIGTERM and SIGINT at random moments of every long-running command: exit codes, runs, processes.
@@ -82,7 +87,7 @@ stress-signals: setup
 # `horovod` installs it.
 HOROVOD := build/horovod/horovod-0.28.1
 horovod-deps: setup
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,tensorflow]' cloudpickle psutil
+	$(PIP_INSTALL) -c constraints.txt -e '.[dev,tensorflow]' cloudpickle psutil
 
 horovod-wheel: horovod-deps
 	rm -rf build/horovod && mkdir -p build/horovod
@@ -95,7 +100,7 @@ horovod-wheel: horovod-deps
 
 horovod: horovod-deps
 	test -n "$$(ls build/horovod/dist/horovod-*.whl 2>/dev/null)" || $(MAKE) horovod-wheel
-	$(BIN)/pip install --quiet --no-deps build/horovod/dist/horovod-*.whl
+	$(PIP_INSTALL) --no-deps build/horovod/dist/horovod-*.whl
 	$(BIN)/horovodrun --check-build
 
 clean:
