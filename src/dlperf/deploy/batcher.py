@@ -4,8 +4,10 @@ Requests wait in a bounded queue. The worker takes the oldest, then waits at mos
 `max_wait_s` for more, up to `max_batch` rows, and runs the lot in one call on a single
 inference thread, so the event loop keeps accepting requests while the model runs. The
 answers go back to each request's future in order; when a batch fails, its requests run
-again one by one, so that one bad request cannot fail the others. Closing stops new work and drains
-what is queued, so a graceful shutdown loses no accepted request.
+again one by one, so that one bad request cannot fail the others. A stopping server first tells
+the batcher to run what comes at once (`stop`), then, once its connections are done,
+closes it: closing stops new work and drains what is queued, so a graceful shutdown loses no
+accepted request.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class Batcher:
         self.on_batch = on_batch
         self._pending: deque[_Job] = deque()
         self._arrived = asyncio.Event()
-        self._closing = False
+        self._stopping = False  # the server stops: nobody else is coming, no batch waits
+        self._closing = False  # no request is taken any more
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         start_threads(self._executor, 1)
         self._worker: asyncio.Task[None] | None = None
@@ -82,7 +85,7 @@ class Batcher:
 
     @property
     def running(self) -> bool:
-        return self._worker is not None and not self._worker.done() and not self._closing
+        return self._worker is not None and not self._worker.done() and not self._stopping
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._loop())
@@ -98,10 +101,17 @@ class Batcher:
         self._arrived.set()
         return await job.future
 
+    def stop(self) -> None:
+        """The server stops: a batch no longer waits --max-wait-ms for company, and the batcher
+        says it is not ready, but it still takes the requests already arriving (read from
+        their connections after the stop), until `close`."""
+        self._stopping = True
+        self._arrived.set()
+
     async def close(self) -> None:
         """Refuse new requests, finish the queued ones, stop the worker thread."""
         self._closing = True
-        self._arrived.set()
+        self.stop()
         if self._worker is not None:
             await self._worker
         self._executor.shutdown(wait=True)
@@ -115,8 +125,8 @@ class Batcher:
                 self._arrived.clear()
                 await self._arrived.wait()
             deadline = loop.time() + self.max_wait_s
-            # A closing batcher drains at once: nobody else is coming.
-            while sum(job.rows for job in self._pending) < self.max_batch and not self._closing:
+            # A stopping batcher drains at once: nobody else is coming.
+            while sum(job.rows for job in self._pending) < self.max_batch and not self._stopping:
                 self._arrived.clear()
                 try:  # a deadline already past times out at once
                     await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())

@@ -203,7 +203,9 @@ def create_app(
 class _DrainingServer(uvicorn.Server):
     """uvicorn waits for the requests in flight before it runs the app's shutdown; a request
     waiting out --max-wait-ms for company would hold the stop that long. Telling the
-    batcher first makes it run what is queued at once."""
+    batcher first makes it run what is queued at once; it is closed in the app's shutdown,
+    after the connections: closed first, it refused the requests read after the stop, those
+    that had arrived whole before it among them (`_GuardedH11.shutdown`)."""
 
     def __init__(self, config: uvicorn.Config, batcher: Batcher) -> None:
         super().__init__(config)
@@ -244,7 +246,7 @@ class _DrainingServer(uvicorn.Server):
             loop.default_exception_handler(context)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await self.batcher.close()
+        self.batcher.stop()
         await super().shutdown(sockets)
 
     @contextmanager
@@ -463,6 +465,7 @@ class _GuardedH11(H11Protocol):
         self.lingering = False
         self.said = False  # whether an answer was written here, not by h11 (`_say`)
         self.arriving_since = time.perf_counter()  # when the request under way began to arrive
+        self.stopping: asyncio.TimerHandle | None = None  # the stop, waiting for bytes to be read
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -522,6 +525,8 @@ class _GuardedH11(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self.stopping is not None:
+            self.stopping.cancel()
         super().connection_lost(exc)
 
     def _follow(self) -> None:
@@ -626,9 +631,23 @@ class _GuardedH11(H11Protocol):
         return self.received < self.owed
 
     def shutdown(self) -> None:
-        """The server stops: a request still arriving is not waited for (uvicorn would wait
-        for it up to the deadline), but answered 503 as one that came now would be."""
-        if self.deadline is None:
+        """The server stops: once what had arrived by then is read (`_stop_once_read`), a
+        request still arriving is not waited for (uvicorn would wait for it up to the
+        deadline), but answered 503 as one that came now would be; a whole one is served, and
+        its connection closed after the answer."""
+        self._stop_once_read(self.received + _unread(self.transport), -1)
+
+    def _stop_once_read(self, owed: int, read: int) -> None:
+        """Stop once `owed` bytes are read, as long as each turn of the loop reads some (a
+        timer due now runs after the reads its turn's poll reports). The stop comes in the
+        loop's first turn after a pause (SIGSTOP/SIGCONT: its poll reports nothing) or in a
+        busy turn, before the bytes waiting were read: whole requests sent before the stop were
+        answered 503 on a new connection, and dropped unanswered on one idle between requests."""
+        self.stopping = None
+        reading = not self.lingering and self.transport.is_reading()
+        if reading and read < self.received < owed:
+            self.stopping = self.loop.call_later(0, self._stop_once_read, owed, self.received)
+        elif self.deadline is None:
             super().shutdown()
         else:
             self._disarm()

@@ -1,0 +1,125 @@
+"""Break-it round 34 (P4), serve: a graceful stop.
+
+C1: requests that had arrived whole before the stop signal, but were not yet read (the server
+paused, SIGSTOP/SIGCONT, or busy), were refused: answered 503 "the server is shutting down" on
+a new connection, and dropped unanswered on a connection idle between requests; the batcher,
+closed before the connections were, refused those read in the stop's own turn with the same
+503. `serve --help` says a stop "finishes the queued requests".
+
+A real server on 127.0.0.1 (`dlperf serve`'s, uvicorn in a thread), raw sockets as the clients.
+The stop comes as after SIGCONT: the loop stands still while the requests arrive and the stop
+is asked, and its first turn after sees no events (tests/faults/test_break_it_26_serve.py).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf import stopping
+from dlperf.cli.serve import _listen
+from dlperf.deploy.server import _DrainingServer, create_app, uvicorn_config
+from tests.deploy.test_server import infer_body, reference, tiny_classifier, wait_ready
+from tests.deploy.test_server_limits import (
+    EVENT_S,
+    SLOW_BODY,
+    answer,
+    connect,
+    read_response,
+    read_until_closed,
+    wait_for,
+)
+from tests.faults.test_break_it_26_serve import Interrupted
+
+# How often uvicorn's main loop looks for a stop asked (its `asyncio.sleep(0.1)`).
+TICK_S = 0.1
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("bk34_serve") / "tiny.onnx")
+
+
+@contextmanager
+def draining(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, _DrainingServer]]:
+    """`tiny` served by `dlperf serve`'s server from a thread (which takes no signals)."""
+    monkeypatch.setattr(stopping, "taken", list)
+    app = create_app(tiny, threads=1)
+    sock = _listen("127.0.0.1", 0)
+    server = _DrainingServer(uvicorn_config(app, 600.0, 32), app.state.batcher)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        wait_ready(url, EVENT_S)
+        yield url, server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=EVENT_S)
+        sock.close()
+    assert not thread.is_alive(), "server thread did not stop"
+
+
+def infer_request(x: np.ndarray) -> bytes:
+    body = json.dumps(infer_body(x)).encode()
+    return (
+        b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+
+def test_whole_requests_unread_when_the_stop_comes_are_served(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three new connections and three idle between requests each get a whole request while
+    the loop stands still, and the stop is asked then: all six are answered 200 with the
+    model's outputs, each connection closed after its answer; a request still arriving (its
+    body short) is answered 503 as before. Before: 503 "the server is shutting down" on the
+    new connections, nothing at all on the idle ones."""
+    x = np.random.default_rng(34).normal(size=(1, 3, 8, 8)).astype(np.float32)
+    request = infer_request(x)
+    with draining(tiny, monkeypatch) as (url, server):
+        idle = [connect(url) for _ in range(3)]
+        for c in idle:
+            c.sendall(request)
+            assert answer(read_response(c))[0] == 200
+        new, slow = [connect(url) for _ in range(3)], connect(url)
+        connections = server.server_state.connections
+        wait_for(lambda: len(connections) == 7, "the server to accept every connection")
+        loop = server.servers[0].get_loop()
+        stalled, resume = threading.Event(), threading.Event()
+
+        def stall() -> None:
+            stalled.set()
+            resume.wait(EVENT_S)
+
+        interrupted = Interrupted(loop._selector)  # type: ignore[attr-defined]
+        loop._selector.select = interrupted  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(stall)
+        assert stalled.wait(EVENT_S)
+        started = time.monotonic()
+        for c in idle + new:
+            c.sendall(request)
+        slow.sendall(SLOW_BODY)
+        server.should_exit = True
+        while time.monotonic() - started < TICK_S:  # the main loop's look for a stop is due
+            time.sleep(0.01)
+        interrupted.armed = True
+        resume.set()
+        answers = [answer(read_until_closed(c)) for c in idle + new]  # closed after it
+        slow_status, _, slow_body = answer(read_until_closed(slow))
+        for c in [*idle, *new, slow]:
+            c.close()
+    assert [(status, body.get("error")) for status, _, body in answers] == [(200, None)] * 6
+    for _, _, body in answers:
+        (output,) = body["outputs"]
+        got = np.array(output["data"], np.float32).reshape(output["shape"])
+        np.testing.assert_allclose(got, reference({"tiny": tiny}, x), rtol=1e-5, atol=1e-6)
+    assert (slow_status, slow_body) == (503, {"error": "the server is shutting down"})
