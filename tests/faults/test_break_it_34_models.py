@@ -7,6 +7,8 @@
   Such a model is now counted on real CPU tensors, as one whose torch code reads values is,
   saying which operator has no fake impl, the operator itself "not counted"; too large for
   real tensors, one line names the operator and how to register a fake impl.
+- R1 (found fixing C1): the receptive field's reason named a user's operator as ATen's
+  ("aten.twice in (model)"); it names each operator by its own namespace now.
 """
 
 from __future__ import annotations
@@ -101,3 +103,27 @@ def test_c1_too_large_for_real_tensors_names_the_op_and_its_fix(
     assert err.startswith("error: the operator dlperf_bk34::quad has no fake impl"), err
     assert "torch.library.register_fake('dlperf_bk34::quad')" in err
     assert "rejects input" not in err
+
+
+# --- R1 (found fixing C1): the receptive field named a user's operator as aten's -------------
+
+
+@torch.library.custom_op("dlperf_bk34f::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@twice.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_r1_the_receptive_field_names_a_user_op_by_its_own_namespace() -> None:
+    """Counted on meta (it has a fake impl), the field ends at the user's operator, which is
+    no ATen operator: it was "aten.twice in (model)"."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3))
+    model.register_forward_hook(lambda module, args, out: twice(out))
+    counted = analyze_module(model, [3, 8, 8])
+    reason = str(counted.receptive_field["reason"])
+    assert "dlperf_bk34f.twice in (model)" in reason, reason
+    assert "aten.twice" not in reason

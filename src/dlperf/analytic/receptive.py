@@ -83,10 +83,10 @@ class Ended:
     """The layer whose map the field ended on, and that map's field."""
 
     def placed(self, name: str, module: str, last: tuple[str, Field] | None) -> Ended:
-        """This end, said where it happened: operator `name` in `module`."""
+        """This end, said where it happened: operator `name` ("aten.mean") in `module`."""
         if self.op is not None:
             return Ended(f"{self.op} in {module} {self.reason}", last=last)
-        return Ended(f"{self.reason}: aten.{name} in {module}", last=last)
+        return Ended(f"{self.reason}: {name} in {module}", last=last)
 
 
 INPUT = Field((1, 1), (1, 1), (0.5, 0.5))
@@ -193,6 +193,12 @@ def _keeps_axes(name: str, args: Sequence[Any], dims: int) -> bool:
     return not {args[1] % dims, args[2] % dims} & set(last)
 
 
+def _qualified(func: Any) -> str:
+    """Operator `func` as a line names it, by its namespace ("aten.mean"): a user's own
+    (torch.library's "ns::op") is no ATen operator."""
+    return f"{func.namespace}.{op_name(func)}"
+
+
 def _spatial(t: Any) -> bool:
     """An image batch (N, C, H, W), or one with its channels split in two (N, 1, C, H, W), as
     local response normalisation views them to pool over channels."""
@@ -239,8 +245,7 @@ class FieldTracker:
     def op(
         self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any, module: str
     ) -> None:
-        """Follow operator `func` (an ATen OpOverload), which `module` ran."""
-        name = op_name(func)
+        """Follow operator `func` (an OpOverload, ATen's or a user's own), which `module` ran."""
         inputs = [
             (t, self.fields[t])
             for t in tree_flatten(args)[0]
@@ -252,7 +257,7 @@ class FieldTracker:
         state = self._propagate(func, args, kwargs, inputs, outputs[0] if outputs else None)
         if isinstance(state, Ended) and all(state is not s for _, s in inputs):
             # The field ends here (not upstream): say where, and on which layer's map.
-            state = state.placed(name, module, self._made_last(inputs))
+            state = state.placed(_qualified(func), module, self._made_last(inputs))
         self.ops += 1
         for t in outputs:
             self.fields[t] = state
@@ -363,14 +368,13 @@ class FieldTracker:
         inputs: list[tuple[torch.Tensor, Field | Ended]],
         out: torch.Tensor,
     ) -> Field | Ended:
-        name = op_name(func)
         joined: list[Field] = []
         for t, state in inputs:
             gate = _spatial(t) and t.shape[-2:] == (1, 1) and out.shape[-2:] != (1, 1)
             if gate:
                 continue
             if not _spatial(t) or t.shape[-2:] != out.shape[-2:]:
-                return Ended(f"not followed (aten.{name} changes the spatial size)")
+                return Ended(f"not followed ({_qualified(func)} changes the spatial size)")
             if isinstance(state, Ended):
                 return state
             joined.append(state)
