@@ -9,20 +9,28 @@
   real tensors, one line names the operator and how to register a fake impl.
 - R1 (found fixing C1): the receptive field's reason named a user's operator as ATen's
   ("aten.twice in (model)"); it names each operator by its own namespace now.
+- C2: run.seed seeded torch only: a model (or its file) drawing from numpy's or Python's
+  `random` trained differently at every run of one seed, though a resumed run restores both
+  generators (checkpoint.rng_state). The seed now seeds all three wherever torch was seeded:
+  before and after the model file's import, before the factory, after the dry checks.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from dlperf.analytic import counting
 from dlperf.analytic.counting import analyze_module
+from dlperf.engine.build import build_model
 from tests.conftest import CliResult
+from tests.engine.test_build import FakeData, experiment
 
 Cli = Callable[..., CliResult]
 
@@ -127,3 +135,40 @@ def test_r1_the_receptive_field_names_a_user_op_by_its_own_namespace() -> None:
     reason = str(counted.receptive_field["reason"])
     assert "dlperf_bk34f.twice in (model)" in reason, reason
     assert "aten.twice" not in reason
+
+
+# --- C2: run.seed seeds numpy's and Python's generators too --------------------------------
+
+# The tester's model (bk34 P1, rm3.py), its noise drawn from numpy and Python in the forward,
+# and a factory drawing from both as it builds
+DRAWS = """
+import random
+import numpy as np
+import torch, torch.nn as nn
+class M(nn.Module):
+    def __init__(s, num_classes=10):
+        super().__init__(); s.fc = nn.Linear(64, num_classes)
+    def forward(s, x):
+        return s.fc(x.flatten(1)) + float(np.random.rand()) + random.random()
+def make(num_classes=10, in_channels=1):
+    m = M(num_classes)
+    with torch.no_grad():
+        m.fc.bias.fill_(float(np.random.rand()) + random.random())
+    return m
+"""
+
+
+def test_c2_run_seed_seeds_numpy_and_python_random_as_torch(tmp_path: Path) -> None:
+    (tmp_path / "draws.py").write_text(DRAWS)
+    exp = experiment(f"{tmp_path}/draws.py:make")
+    built, drawn = [], []
+    for _ in range(2):
+        np.random.seed(None)  # whatever the generators held before, as a fresh process has
+        random.seed()
+        built.append(build_model(exp, FakeData(), torch.device("cpu")))  # type: ignore[arg-type]
+        drawn.append((np.random.rand(), random.random()))  # where training starts drawing
+    assert torch.equal(built[0].fc.bias, built[1].fc.bias)
+    assert drawn[0] == drawn[1]
+    np.random.seed(3)
+    random.seed(3)
+    assert drawn[0] == (np.random.rand(), random.random())  # the dry checks drew nothing

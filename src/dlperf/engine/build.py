@@ -52,6 +52,7 @@ from dlperf.models.registry import (
     check_automatic,
     noting,
     refusing_unregistered,
+    seed_generators,
     too_deep,
     without_automatic,
 )
@@ -396,7 +397,7 @@ def build_model(
         if refused is None:
             raise
         raise refused from None
-    torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
+    seed_generators(exp.run.seed)  # the dry forward must not shift the training RNG streams
     return model
 
 

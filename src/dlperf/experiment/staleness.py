@@ -14,7 +14,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 from dlperf.config import Experiment
@@ -23,6 +22,7 @@ from dlperf.engine.build import Prepared, prepare_run
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.experiment.sink import StoreSink, failed_softly
+from dlperf.models.registry import seed_generators
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import Record, RunResult
 from dlperf.store import RunStore
@@ -107,7 +107,7 @@ def _record(
         system=system_info(p.device, p.threads),
         study_id=study_id,
     ) as record:
-        torch.manual_seed(exp.run.seed)  # both draw the random numbers a run draws
+        seed_generators(exp.run.seed)  # both draw the random numbers a run draws
         sink = StoreSink(store, record.id)
         schedule = reads if mode == "async" else None
         try:

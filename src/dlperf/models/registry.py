@@ -21,6 +21,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import os
+import random
 import re
 import signal
 import sys
@@ -35,6 +36,7 @@ from pathlib import Path
 from types import CodeType, FrameType, ModuleType
 from typing import Any, NoReturn
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
@@ -1119,7 +1121,7 @@ def build_from_factory(
 ) -> nn.Module:
     """Call a model file's factory with `kwargs`: of the automatic ones (num_classes,
     in_channels) those it accepts, of the others all, or refuse the ones it does not take;
-    torch's RNG seeded with `seed` (when given) just before the call."""
+    the RNGs seeded with `seed` (when given: `seed_generators`) just before the call."""
     # A user's factory may not know about num_classes/in_channels: pass what it accepts. The
     # user's own keywords are not filtered, so that a misspelt one is refused, not dropped.
     automatic = {k: v for k, v in kwargs.items() if k in AUTOMATIC}
@@ -1676,9 +1678,19 @@ def _adapt_stem(model: nn.Module, in_channels: int) -> None:
                 return
 
 
+def seed_generators(seed: int) -> None:
+    """Seed every generator a run draws from (checkpoint.rng_state saves and restores the
+    same three): a model drawing from numpy's or Python's `random` (noise in its forward, a
+    factory's own init) trained differently at every run of one seed when torch alone was
+    seeded. numpy takes seeds below 2**32, as run.seed is."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
 def _seed(seed: int | None) -> None:
     if seed is not None:
-        torch.manual_seed(seed)
+        seed_generators(seed)
 
 
 def create_model(
@@ -1690,7 +1702,8 @@ def create_model(
     **kwargs: Any,
 ) -> nn.Module:
     """Build a model by name with its head sized for `num_classes` (None: the factory's own
-    default) and stem for `in_channels`; torch's RNG seeded with `factory_seed` (when given)
+    default) and stem for `in_channels`; the RNGs seeded with `factory_seed` (when given:
+    `seed_generators`)
     just before the factory is called (a name no factory's own keyword is likely to have).
     For a model file that is after its import: a file that seeds torch as it is imported
     (`torch.manual_seed(0)` at its top, common in scripts) overrode a seed set before, and
