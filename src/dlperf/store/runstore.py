@@ -2715,10 +2715,12 @@ class RunStore:
     def _beside(self, root: Path) -> Path | None:
         """Where a folder moved whole, the store's file and its runs' out_dir in it, put the
         artifact directory `root` (recorded as absolute paths to the old place): the same
-        trailing path beside the store's file, when that is a directory."""
-        if self._file is None:
+        trailing path beside the store's file, when that is a directory. A reader's file
+        too (`_file` is a writer's), so that show, export and trace find what delete does."""
+        path = self._file.path if self._file is not None else integrity.store_file(self.engine)
+        if path is None:  # a server's store, one in memory: no folder to move
             return None
-        folder = self._file.path.parent
+        folder = path.parent
         for start in range(len(root.parts) - 1, 0, -1):
             candidate = folder.joinpath(*root.parts[start:])
             if candidate.is_dir():
@@ -2844,9 +2846,19 @@ class RunStore:
                 )
 
     def artifacts(self, run_id: int) -> list[dict[str, Any]]:
+        """The files run `run_id` recorded, in order, each where `runs delete` finds it: where
+        it was recorded, else beside the store in a project folder moved whole (`_found`), so
+        that show, export, trace and resume agree with delete; else as recorded."""
         query = select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
         with Session(self.engine) as s:
-            return [{"kind": a.kind, "path": a.path} for a in s.scalars(query)]
+            return [{"kind": a.kind, "path": self._now_at(a.path)} for a in s.scalars(query)]
+
+    def _now_at(self, recorded: str) -> str:
+        """Where the file recorded at `recorded` is now (`_found`), or `recorded`."""
+        if not recorded or os.path.lexists(recorded):  # "" is no file, not "." found
+            return recorded
+        found = self._found(Path(recorded))
+        return str(found) if found is not None else recorded
 
 
 def _refusal(e: BaseException) -> str | None:
