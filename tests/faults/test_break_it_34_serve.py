@@ -5,15 +5,21 @@ paused, SIGSTOP/SIGCONT, or busy), were refused: answered 503 "the server is shu
 a new connection, and dropped unanswered on a connection idle between requests; the batcher,
 closed before the connections were, refused those read in the stop's own turn with the same
 503. `serve --help` says a stop "finishes the queued requests".
+C2: a connection over serve.max_connections was answered 503 and closed at once: a client that
+wrote its request in two parts (httpx, `serve bench`) had its second write refused, the first
+having met a closed socket (a reset), and never read the 503 waiting for it; bench said "N
+ReadError (connection closed by the server)" while /metrics counted 503s.
 
 A real server on 127.0.0.1 (`dlperf serve`'s, uvicorn in a thread), raw sockets as the clients.
-The stop comes as after SIGCONT: the loop stands still while the requests arrive and the stop
+C1's stop comes as after SIGCONT: the loop stands still while the requests arrive and the stop
 is asked, and its first turn after sees no events (tests/faults/test_break_it_26_serve.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dlperf.deploy.server as server_module
 from dlperf import stopping
 from dlperf.cli.serve import _listen
 from dlperf.deploy.server import _DrainingServer, create_app, uvicorn_config
@@ -32,8 +39,10 @@ from tests.deploy.test_server_limits import (
     SLOW_BODY,
     answer,
     connect,
+    infer_works,
     read_response,
     read_until_closed,
+    serving,
     wait_for,
 )
 from tests.faults.test_break_it_26_serve import Interrupted
@@ -53,10 +62,10 @@ def draining(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str,
     monkeypatch.setattr(stopping, "taken", list)
     app = create_app(tiny, threads=1)
     sock = _listen("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # before the server takes the socket over
     server = _DrainingServer(uvicorn_config(app, 600.0, 32), app.state.batcher)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
         wait_ready(url, EVENT_S)
         yield url, server
@@ -123,3 +132,40 @@ def test_whole_requests_unread_when_the_stop_comes_are_served(
         got = np.array(output["data"], np.float32).reshape(output["shape"])
         np.testing.assert_allclose(got, reference({"tiny": tiny}, x), rtol=1e-5, atol=1e-6)
     assert (slow_status, slow_body) == (503, {"error": "the server is shutting down"})
+
+
+def test_a_connection_over_the_cap_reads_its_503_after_writing_its_request_in_two_parts(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--max-connections 2, two connections held: a third, once its 503 has come, writes a
+    request's head and then its body, and reads the 503 whole (before: BrokenPipeError or
+    ConnectionResetError, the server's socket closed under the request). While it lingers,
+    reading what its client sends, it is not one of the two: with one of them gone, a request
+    is served."""
+    monkeypatch.setattr(server_module, "REFUSED_LINGER_S", EVENT_S)  # the writes are not raced
+    head, _, body = infer_request(np.zeros((1, 3, 8, 8), np.float32)).partition(b"\r\n\r\n")
+    app = create_app(tiny, threads=1)
+    with serving(app, read_timeout_s=600.0, max_connections=2) as (url, server):
+        connections = server.server_state.connections
+        wait_for(lambda: not connections, "the readiness probe's connection to close")
+        first, second = connect(url), connect(url)
+        wait_for(lambda: len(connections) == 2, "the server to hold both connections")
+        with first, second, connect(url) as third:
+            assert select.select([third], [], [], EVENT_S)[0], "no answer to the third"
+            after_a_turn(server.servers[0].get_loop())  # it closed the socket, if it did
+            third.sendall(head + b"\r\n\r\n")
+            third.sendall(body)
+            status, headers, error = answer(read_until_closed(third))
+            assert (status, headers["connection"], headers["retry-after"]) == (503, "close", "1")
+            assert error == {"error": "too many connections: 2 are open (serve.max_connections)"}
+            first.close()
+            wait_for(lambda: len(connections) == 2, "the server to drop the closed connection")
+            infer_works(url, {"tiny": tiny})  # the second and the lingering third open
+
+
+def after_a_turn(loop: asyncio.AbstractEventLoop) -> None:
+    """Wait until the server's loop has run what it had queued by now: the callbacks that an
+    answer sent queued (a transport's close among them) run before this one's second hop."""
+    done = threading.Event()
+    loop.call_soon_threadsafe(loop.call_soon, done.set)
+    assert done.wait(EVENT_S), "the server's loop stands still"

@@ -87,6 +87,11 @@ SPARE_FILES = 32
 _ACCEPT_FAILED = "socket.accept() out of system resource"
 # The errors asyncio's accept loop reports that way, and retries a second later.
 _OUT_OF_RESOURCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# How long a connection refused over serve.max_connections reads and drops what its client
+# sends before it is closed, at most (the client's close ends it sooner). Closed at once, it
+# met a request on its way with a reset, and a client that wrote it in two parts (httpx, serve
+# bench) failed on the second write without reading the 503 waiting for it.
+REFUSED_LINGER_S = 1.0
 
 
 # Modules a request imports on first use, imported before the server accepts: an import opens
@@ -466,15 +471,20 @@ class _GuardedH11(H11Protocol):
         self.said = False  # whether an answer was written here, not by h11 (`_say`)
         self.arriving_since = time.perf_counter()  # when the request under way began to arrive
         self.stopping: asyncio.TimerHandle | None = None  # the stop, waiting for bytes to be read
+        self.refused = False  # answered 503 over the cap: lingering, not one of those served
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.deadline: asyncio.TimerHandle | None = None
-        if len(self.connections) > self.max_connections:
-            # Answered and closed now: waiting for its request held its file, which the cap is
-            # there to save, until the request came or the deadline ran out.
+        served = [c for c in self.connections if not (isinstance(c, _GuardedH11) and c.refused)]
+        if len(served) > self.max_connections:
+            # Answered now: waiting for its request held its file, which the cap is there to
+            # save, until the request came or the deadline ran out. Closed once its client
+            # has read the answer, within REFUSED_LINGER_S.
             message = f"too many connections: {self.max_connections} are open"
-            self._cut(503, "Service Unavailable", message + " (serve.max_connections)")
+            self._say(503, "Service Unavailable", message + " (serve.max_connections)")
+            self.refused = self.lingering = True
+            self._arm(min(self.read_timeout_s, REFUSED_LINGER_S))
             return
         self._arm()
 
@@ -591,10 +601,12 @@ class _GuardedH11(H11Protocol):
             seconds = time.perf_counter() - self.arriving_since
             self.metrics.request(CONNECTION_ROUTE, status, seconds)
 
-    def _arm(self) -> None:
+    def _arm(self, seconds: float | None = None) -> None:
+        """Start the read deadline: `seconds` (None: read_timeout_s) from now."""
         self.arriving_since = time.perf_counter()
         self.owed = None
-        self.deadline = self.loop.call_later(self.read_timeout_s, self._expired)
+        timeout = self.read_timeout_s if seconds is None else seconds
+        self.deadline = self.loop.call_later(timeout, self._expired)
 
     def _disarm(self) -> None:
         self.owed = None
