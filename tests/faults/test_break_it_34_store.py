@@ -4,17 +4,31 @@ C1. A project folder moved whole (store file and dlperf_runs/ together): `runs d
     the run's files beside the store, but `runs show` said `exists: no`, `export N` "put the
     run's checkpoint back, or train the run again" and `runs trace` "its trace is gone". A run's
     recorded files are read where `runs delete` finds them (`RunStore.artifacts`).
+C2. `runs delete` of a distill select run removed its pseudo-labelled npz, the training data
+    (data.root) of the pretrain run still in the store, without a word; `export` of that run
+    then said "set data.root". A file that another run's config trains on is kept, saying so.
+    And a run whose weights another run starts from (model.weights = "run:N", distill's
+    finetune run) went without a word: the delete names the runs that start from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from dlperf.engine.checkpoint import run_checkpoint
 from dlperf.store import RunStore
 from dlperf.store.query import show
 from dlperf.traces import run_traces
+from tests.conftest import fresh_store_url
 from tests.faults.test_break_it_4_store import _closed
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "bk34_store")
 
 
 def test_a_project_moved_whole_reads_its_runs_files_where_they_are_now(tmp_path: Path) -> None:
@@ -43,3 +57,42 @@ def test_a_project_moved_whole_reads_its_runs_files_where_they_are_now(tmp_path:
         assert run_checkpoint(moved, run_id, "to export", "") == checkpoint_now
         assert run_traces(moved, run_id) == [trace_now]
         _closed(moved)
+
+
+def test_a_file_another_runs_config_trains_on_is_kept(store_url: str, tmp_path: Path) -> None:
+    store = RunStore.open(store_url)
+    pseudo = store.artifact_dir(tmp_path / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
+    pseudo.parent.mkdir(parents=True)
+    pseudo.write_bytes(b"images")
+    select = store.create_run("d-select-k10", "select", {"top_k": 10})
+    store.add_artifact(select, "pseudo-labels", pseudo)
+    pretrain = store.create_run("d-pretrain-k10", "run", {"data": {"root": str(pseudo)}})
+    for run_id in (select, pretrain):
+        store.finish_run(run_id)
+    deleted = store.delete_runs([select])
+    assert deleted.runs == [select] and deleted.removed == [] and pseudo.is_file()
+    assert deleted.kept == [(str(pseudo), f"run {pretrain} trains on it (its data.root)")]
+    # Its last user gone, the file goes with the run that recorded it.
+    again = store.create_run("d-select-k10", "select", {"top_k": 10})
+    store.add_artifact(again, "pseudo-labels", pseudo)
+    store.finish_run(again)
+    deleted = store.delete_runs([again, pretrain])
+    assert deleted.removed == [str(pseudo)] and not pseudo.exists()
+    _closed(store)
+
+
+def test_deleting_a_run_whose_weights_another_starts_from_names_it(tmp_path: Path) -> None:
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    pretrain = store.create_run("d-pretrain-k10", "run", {"model": {"weights": None}})
+    finetune = store.create_run("ft", "run", {"model": {"weights": f"run:{pretrain}"}})
+    by_name = store.create_run("ft2", "run", {"model": {"weights": "run:last:d-pretrain-k10"}})
+    for run_id in (pretrain, finetune, by_name):
+        store.finish_run(run_id)
+    deleted = store.delete_runs([pretrain])
+    assert deleted.runs == [pretrain] and deleted.kept == []
+    assert deleted.notes == [
+        f"run {finetune} starts from run {pretrain}'s weights (model.weights = "
+        f"run:{pretrain}), which are deleted now"
+    ]
+    assert store.delete_runs([finetune]).notes == []
+    _closed(store)

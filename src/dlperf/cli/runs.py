@@ -261,6 +261,8 @@ def runs_delete(
         done = store.delete_runs(ids, force)
         for path, why in done.kept:
             console.warn(f"kept {path}: {why}")
+        for note in done.notes:
+            console.warn(note)
         console.out.print(f"deleted run {', '.join(map(str, done.runs))}")
         for path in done.removed:
             console.out.print(f"removed {path}")

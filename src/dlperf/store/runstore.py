@@ -49,13 +49,15 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import (
+    Text,
+    cast,
     create_engine,
     delete,
     event,
@@ -1409,6 +1411,46 @@ def _server_elsewhere(s: Session, recorded: str | None, here: str) -> str | None
     return shown if there else None
 
 
+@dataclass
+class _Users:
+    """What the runs a delete leaves use of the runs it deletes (`_users`), with the ids of
+    the runs that use it: recorded files they train on (data.root: distill's pretrain run on
+    the npz its select run records, recording none itself), and runs whose weights they
+    start from (model.weights = "run:N": distill's finetune run)."""
+
+    data: dict[str, list[int]] = field(default_factory=dict)
+    weights: dict[int, list[int]] = field(default_factory=dict)
+
+
+def _users(s: Session, paths: set[str], gone: Sequence[int]) -> _Users:
+    """`_Users` of the runs `gone` and their recorded files `paths`, from every other run's
+    config, read as text: a config that is not JSON (set by hand) uses nothing, and stops no
+    delete."""
+    users, deleted = _Users(), set(gone)
+    query = select(Run.id, cast(Run.config, Text)).where(Run.id.not_in(gone)).order_by(Run.id)
+    for run_id, stored in s.execute(query):
+        try:
+            config = json.loads(stored)
+        except (TypeError, ValueError):
+            continue
+        sections = [config.get(k) if isinstance(config, dict) else None for k in ("data", "model")]
+        data, model = (section if isinstance(section, dict) else {} for section in sections)
+        if isinstance(root := data.get("root"), str) and root in paths:
+            users.data.setdefault(root, []).append(run_id)
+        weights = model.get("weights")
+        source = weights.removeprefix("run:") if isinstance(weights, str) else ""
+        if weights != source and source.isdigit() and int(source) in deleted:
+            users.weights.setdefault(int(source), []).append(run_id)
+    return users
+
+
+def _runs_that(ids: list[int], verb: str) -> str:
+    """Runs named as the subject of `verb` (said of one run): "run 3 trains", "runs 3, 5 train"."""
+    if len(ids) == 1:
+        return f"run {ids[0]} {verb}"
+    return f"runs {', '.join(map(str, ids))} {verb.removesuffix('s')}"
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -1571,12 +1613,14 @@ def _shown(text: str) -> str:
 
 @dataclass
 class Deleted:
-    """What `RunStore.delete_runs` did: the runs, the files and directories it removed, and the
-    recorded files it left in place, each with the reason."""
+    """What `RunStore.delete_runs` did: the runs, the files and directories it removed, the
+    recorded files it left in place, each with the reason, and what the runs left lose
+    (`notes`: a run that starts from a deleted run's weights)."""
 
     runs: list[int]
     removed: list[str]
     kept: list[tuple[str, str]]
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -2505,7 +2549,8 @@ class RunStore:
         left by a first checkpoint write cut short; found by the run's run.out_dir, a relative
         one from here and from the store's folder). Directories left empty are removed up to
         the store's directory. A recorded file elsewhere (the user's device catalog, a detector
-        saved to a path of the user's choice) or shared with another run is kept, and so is
+        saved to a path of the user's choice), shared with another run, or another run's
+        training data (its data.root: distill's pseudo-labelled npz) is kept, and so is
         every file of a store that is a byte copy of another still there (`_copy_of`) outside
         the copy's own directory. A file not found where it was recorded is looked for beside
         the store (`_beside`), else named as left.
@@ -2569,11 +2614,20 @@ class RunStore:
                     )
                 )
             )
+            users = _users(s, {p for _, p in owned}, gone)
+            notes = [
+                f"{_runs_that(them, 'starts')} from run {i}'s weights (model.weights = run:{i}), "
+                "which are deleted now"
+                for i, them in sorted(users.weights.items())
+            ]
             plans: dict[int, _Plan] = {i: _Plan([], [], me) for i in gone}
             for run_id, path in owned:
                 plan = plans[run_id]
                 if path in shared:
                     plan.kept.append((path, "another run records it too"))
+                elif path in users.data:
+                    who = _runs_that(users.data[path], "trains")
+                    plan.kept.append((path, f"{who} on it (its data.root)"))
                 elif original is not None and not any(p.name in mine for p in Path(path).parents):
                     there = self._found(Path(path))
                     if there is not None:  # one deleted already (in the original) is not kept
@@ -2606,7 +2660,7 @@ class RunStore:
             with self._writing() as s:
                 keys = [f"{DELETING}{i}" for i in plans]
                 s.execute(delete(Meta).where(Meta.key.in_(keys)))
-        return Deleted(ids, removed, kept)
+        return Deleted(ids, removed, kept, notes)
 
     def deleting(self, force: bool = False) -> set[int]:
         """The runs whose delete was cut short after their rows went (`delete_runs`): a new
