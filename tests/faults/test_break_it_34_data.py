@@ -6,14 +6,23 @@ pixel, so each box collapsed to the image's top-left pixel and `detect finetune`
 evaluated on that without a word. A box ending before the first pixel (xmax or ymax between 0
 and 1) is refused now, naming the fractions and how to turn them into pixels; a 0-based
 tool's one-pixel box at the edge (0, 0, 0, 0) is still read as before.
+
+C2: an idx file written by hand with NumPy's native int32 dimensions (little-endian on x86)
+was called cut short, "holds 31,360 bytes of data for 671088640 x 469762048 x 469762048
+(replace it with a whole copy of the file)": no copy mends a file the user wrote. When the
+dimensions read little-endian fit the data, the line says so and how to write them big-endian.
 """
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from dlperf.config import DataConfig
+from dlperf.data import load_data
 from dlperf.detect import voc
 from dlperf.errors import UserError
 
@@ -56,3 +65,39 @@ def test_c1_a_zero_based_one_pixel_box_at_the_edge_is_still_read(tmp_path: Path)
     xml = annotation(tmp_path, "0", "0", "0", "0")
     (box,) = [o.box for o in voc.parse_annotation(xml).objects]
     assert box == (0.0, 0.0, 1.0, 1.0)
+
+
+def write_idx(path: Path, array: np.ndarray, order: str) -> None:
+    """An idx file of uint8 `array`, its dimensions written in byte `order` ('>' or '<')."""
+    dims = np.array(array.shape, f"{order}i4").tobytes()
+    path.write_bytes(struct.pack(">I", 0x0800 | array.ndim) + dims + array.tobytes())
+
+
+@pytest.mark.parametrize(
+    ("name", "said", "array"),
+    [
+        ("train-images-idx3-ubyte", "(40 x 28 x 28)", "images"),
+        ("train-labels-idx1-ubyte", "(40)", "labels"),
+    ],
+)
+def test_c2_idx_dimensions_written_little_endian_are_said_so(
+    tmp_path: Path, name: str, said: str, array: str
+) -> None:
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split, n in (("train", 40), ("t10k", 10)):
+        files = {
+            f"{split}-images-idx3-ubyte": np.zeros((n, 28, 28), np.uint8),
+            f"{split}-labels-idx1-ubyte": np.arange(n, dtype=np.uint8) % 10,
+        }
+        for file, data in files.items():
+            write_idx(raw / file, data, "<" if file == name else ">")
+    with pytest.raises(UserError) as caught:
+        load_data(DataConfig(name="mnist", root=str(tmp_path)))
+    assert caught.value.message == (
+        f"data.root '{tmp_path}' has no readable MNIST idx files: {raw / name} holds its "
+        f"dimensions little-endian {said}: idx files hold them big-endian"
+    )
+    assert caught.value.hint == (
+        f"write them big-endian, e.g. numpy.array({array}.shape, '>i4').tobytes()"
+    )

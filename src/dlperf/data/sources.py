@@ -1195,6 +1195,14 @@ def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: 
         raise _broken(cfg, what, path, said, fix)
     # Python's ints: np.prod wraps at 2**64, and 2**22 x 2**21 x 2**21 made 0, as a header alone
     if len(data) - head != math.prod(shape):
+        # NumPy's native int32 (little-endian on x86) is the usual slip of an idx file written
+        # by hand: whole, and no copy mends it. Dimensions that fit the data read so say it.
+        swapped = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "little") for i in range(ndim)]
+        if len(data) - head == math.prod(swapped):
+            said = f"holds its dimensions little-endian ({' x '.join(map(str, swapped))})"
+            array = "images" if dims == 3 else "labels"
+            fix = f"write them big-endian, e.g. numpy.array({array}.shape, '>i4').tobytes()"
+            raise _broken(cfg, what, path, f"{said}: idx files hold them big-endian", fix)
         said = " x ".join(map(str, shape))
         raise _broken(cfg, what, path, f"holds {len(data) - head:,} bytes of data for {said}")
     if ndim == 3 and shape[0] == 0:  # a test split of nothing left the test accuracy null
