@@ -117,6 +117,34 @@ def test_running_is_true_only_between_start_and_close() -> None:
     assert run_async(scenario) == [False, True, False]
 
 
+def test_a_stopped_batcher_is_not_ready_but_runs_what_still_comes_at_once() -> None:
+    """`stop` (the server's stop signal): the batcher says it is not ready, a batch waiting
+    for company runs at once, and a request taken after the stop (one that had arrived,
+    read from its connection after it) runs at once too; only `close` refuses."""
+    calls: list[list[int]] = []
+
+    def run(payloads: list[int]) -> list[int]:
+        calls.append(payloads)
+        return [p + 1 for p in payloads]
+
+    async def scenario() -> tuple[bool, list[int]]:
+        # A wait past WAIT_S: only the stop lets either request run within it.
+        batcher = Batcher(run, max_batch=4, max_wait_s=10 * WAIT_S, queue_size=2)
+        batcher.start()
+        before = asyncio.ensure_future(batcher.submit(1))
+        await asyncio.sleep(0)
+        batcher.stop()
+        ready = batcher.running
+        results = [await before, await batcher.submit(2)]
+        await batcher.close()
+        with pytest.raises(QueueFull, match=r"^the server is shutting down$"):
+            await batcher.submit(3)
+        return ready, results
+
+    assert run_async(scenario) == (False, [2, 3])
+    assert calls == [[1], [2]]
+
+
 def test_a_request_whose_client_gave_up_is_not_computed() -> None:
     model = Gated()
 
