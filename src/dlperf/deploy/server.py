@@ -14,7 +14,9 @@ What production servers add in front of an application, uvicorn's HTTP/1.1 proto
 (`_GuardedH11`): a deadline for a request to arrive, headers and body (a client slower than its
 Content-Length, or one that opens a connection and sends nothing, is answered 408 and
 disconnected rather than held open for ever), and a cap on open connections (a connection past
-it is answered 503 and closed as it opens, without waiting for its request). An answer sent
+it is answered 503 as it opens, without waiting for its request, and closed when its client
+closes or REFUSED_LINGER_S has passed). A stop reads what had arrived before it decides: a
+whole request is served, one still arriving answered 503 (`_GuardedH11.shutdown`). An answer sent
 before its request's body arrived (a 413 for a Content-Length over the limit, a 404) says
 `Connection: close` and ends the connection, with no second answer. A request asking to upgrade
 its connection (h2c, websocket) is answered as HTTP/1.1, said once per server. A server out of
