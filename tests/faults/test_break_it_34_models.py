@@ -6,7 +6,10 @@
   run trains it on the CPU), the meta device the count runs on is what the operator lacks.
   Such a model is now counted on real CPU tensors, as one whose torch code reads values is,
   saying which operator has no fake impl, the operator itself "not counted"; too large for
-  real tensors, one line names the operator and how to register a fake impl.
+  real tensors, one line names the operator and how to register a fake impl. Review: torch's
+  own operators without a Meta kernel (aten::_ctc_loss) meet the same fallback, and were told
+  to register a fake impl for aten's operator; they are named as torch's own now, the fix a
+  smaller input.
 - R1 (found fixing C1): the receptive field's reason named a user's operator as ATen's
   ("aten.twice in (model)"); it names each operator by its own namespace now.
 - C2: run.seed seeded torch only: a model (or its file) drawing from numpy's or Python's
@@ -29,6 +32,7 @@ from torch import nn
 from dlperf.analytic import counting
 from dlperf.analytic.counting import analyze_module
 from dlperf.engine.build import build_model
+from dlperf.errors import UserError
 from tests.conftest import CliResult
 from tests.engine.test_build import FakeData, experiment
 
@@ -111,6 +115,38 @@ def test_c1_too_large_for_real_tensors_names_the_op_and_its_fix(
     assert err.startswith("error: the operator dlperf_bk34::quad has no fake impl"), err
     assert "torch.library.register_fake('dlperf_bk34::quad')" in err
     assert "rejects input" not in err
+
+
+class Ctc(nn.Module):
+    """A forward calling torch's own operator that has no Meta kernel (aten::_ctc_loss)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x.flatten(1))
+        steps = y.log_softmax(1).expand(3, -1, -1)
+        n, targets = x.shape[0], torch.ones(x.shape[0], 1, dtype=torch.long, device=x.device)
+        three = torch.full((n,), 3, dtype=torch.long, device=x.device)
+        loss = nn.functional.ctc_loss(steps, targets, three, torch.ones_like(three))
+        return y + 0 * loss
+
+
+def test_c1_torchs_own_op_without_meta_kernel_is_no_users_to_register(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch's own operators meet the same fallback ("aten::_ctc_loss.Tensor: attempted to
+    run this operator with Meta tensors"): the fix is no fake impl for the user to register."""
+    counted = analyze_module(Ctc(), [3, 2, 2])
+    assert counted.real_tensors == "torch's own operator aten::_ctc_loss.Tensor has no Meta kernel"
+    monkeypatch.setattr(counting, "REAL_TENSORS_MAX_BYTES", 250)  # weights 208 B, input 48
+    with pytest.raises(UserError) as refused:
+        analyze_module(Ctc(), [3, 2, 2])
+    assert refused.value.message.startswith(
+        "torch's own operator aten::_ctc_loss.Tensor has no Meta kernel for the meta device"
+    )
+    assert refused.value.hint == "a smaller analyze.batch or analyze.input fits"
 
 
 # --- R1 (found fixing C1): the receptive field named a user's operator as aten's -------------

@@ -1532,7 +1532,8 @@ class MadeOnCpu(NeedsRealTensors):
 # What torch says when an operator of the user's own (torch.library's define and impl, or a
 # @torch.library.custom_op) has no kernel for the meta device: "ns::op: attempted to run this
 # operator with Meta tensors, but there was no fake impl or Meta kernel registered", and a
-# custom_op's "There was no fake impl registered for <CustomOpDef(ns::op)>".
+# custom_op's "There was no fake impl registered for <CustomOpDef(ns::op)>". torch's own
+# operators without a Meta kernel (aten::_ctc_loss.Tensor) meet the same fallback.
 _NO_FAKE = re.compile(
     r"^(?P<op>[\w.]+::[\w.]+): attempted to run this operator with Meta tensors"
     r"|no fake impl registered for <CustomOpDef\((?P<custom>[\w.]+::[\w.]+)\)>"
@@ -1540,19 +1541,26 @@ _NO_FAKE = re.compile(
 
 
 class NoFakeImpl(NeedsRealTensors):
-    """An operator of the user's own has no fake impl (no Meta kernel): the input is fine, a
-    run trains the model on the CPU, and the operator itself is not counted ("not counted:
-    ns.op") where the rest is counted on real CPU tensors."""
+    """An operator with no fake impl (no Meta kernel): the input is fine, a run trains the
+    model on the CPU, and the operator itself is not counted ("not counted: ns.op") where the
+    rest is counted on real CPU tensors. A user's own gets registering one as the fix; torch's
+    own (aten::_ctc_loss meets the same fallback) is not the user's to register."""
 
     def __init__(self, op: str, command: str) -> None:
-        self.op = op
+        users = not op.startswith("aten::")
+        lacks = (
+            f"the operator {op} has no fake impl (Meta kernel)"
+            if users
+            else f"torch's own operator {op} has no Meta kernel"
+        )
         super().__init__(
-            f"the operator {op} has no fake impl (Meta kernel) for the meta device {command} "
-            "runs the model on",
-            f"the operator {op} has no fake impl (Meta kernel)",
+            f"{lacks} for the meta device {command} runs the model on",
+            lacks,
             command,
             f"register a fake impl for it (torch.library.register_fake('{op}'), or "
-            "@op.register_fake for a custom_op), which the meta device runs",
+            "@op.register_fake for a custom_op), which the meta device runs"
+            if users
+            else None,
         )
 
 
