@@ -2550,7 +2550,8 @@ class RunStore:
         one from here and from the store's folder). Directories left empty are removed up to
         the store's directory. A recorded file elsewhere (the user's device catalog, a detector
         saved to a path of the user's choice), shared with another run, or another run's
-        training data (its data.root: distill's pseudo-labelled npz) is kept, and so is
+        training data (its data.root: distill's pseudo-labelled npz; theirs from then on,
+        recorded, to go with the last of them) is kept, and so is
         every file of a store that is a byte copy of another still there (`_copy_of`) outside
         the copy's own directory. A file not found where it was recorded is looked for beside
         the store (`_beside`), else named as left.
@@ -2599,8 +2600,10 @@ class RunStore:
                     "stop it first, or pass --force" if unknown else "stop it first",
                 )
             gone = [i for i in ids if i in found]
-            recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(gone))
-            owned = [(r.run_id, r.path) for r in s.execute(recorded.order_by(Artifact.id))]
+            recorded = select(Artifact.run_id, Artifact.path, Artifact.kind)
+            recorded = recorded.where(Artifact.run_id.in_(gone)).order_by(Artifact.id)
+            rows = s.execute(recorded).all()
+            owned, kinds = [(r.run_id, r.path) for r in rows], {r.path: r.kind for r in rows}
             original = self._copy_of(s)
             own = self._copy_dir(s, make=False)
             mine = {own} if own is not None else set()
@@ -2636,6 +2639,14 @@ class RunStore:
                         plan.kept.append((str(there), why))
                 else:
                     self._plan_file(run_id, Path(path), mine, plan)
+            # A file kept for the runs that train on it is theirs now: it goes with the last
+            # of them, where no run left would record it.
+            s.add_all(
+                Artifact(run_id=i, kind=kinds[path], path=path)
+                for path, them in users.data.items()
+                if path not in shared
+                for i in them
+            )
             for run_id, _, config in owners:
                 self._plan_run_dir(run_id, config, mine, plans[run_id])
             for table in (Tag, Metric, Artifact):
