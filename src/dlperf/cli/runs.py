@@ -259,10 +259,8 @@ def runs_delete(
     # 128 + the signal: the user is told what is gone (it was gone without a word).
     with stopping.shielded():
         done = store.delete_runs(ids, force)
-        for path, why in done.kept:
-            console.warn(f"kept {path}: {why}")
-        for note in done.notes:
-            console.warn(note)
+        for line in [*(f"kept {path}: {why}" for path, why in done.kept), *done.notes]:
+            console.warn(line)
         console.out.print(f"deleted run {', '.join(map(str, done.runs))}")
         for path in done.removed:
             console.out.print(f"removed {path}")
