@@ -9,11 +9,14 @@ C2. `runs delete` of a distill select run removed its pseudo-labelled npz, the t
     then said "set data.root". A file that another run's config trains on is kept, saying so.
     And a run whose weights another run starts from (model.weights = "run:N", distill's
     finetune run) went without a word: the delete names the runs that start from it.
+C4. `dlperf runs list --db x.db` was "No such option: --db (Possible options: --kind) (see
+    dlperf runs list --help)", whose help has no --db: an option of dlperf itself given after
+    the command says where it goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ from dlperf.engine.checkpoint import run_checkpoint
 from dlperf.store import RunStore
 from dlperf.store.query import show
 from dlperf.traces import run_traces
-from tests.conftest import fresh_store_url
+from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_4_store import _closed
 
 
@@ -96,3 +99,22 @@ def test_deleting_a_run_whose_weights_another_starts_from_names_it(tmp_path: Pat
     ]
     assert store.delete_runs([finetune]).notes == []
     _closed(store)
+
+
+def test_an_option_of_dlperf_after_the_command_says_where_it_goes(
+    cli: Callable[..., CliResult],
+) -> None:
+    said = cli("runs", "list", "--db", "x.db", "--kind", "run")
+    assert (said.code, said.out) == (2, "")
+    assert said.err == (
+        "error: --db goes before the command: dlperf --db x.db runs list --kind run "
+        "(or set DLPERF_DB)\n"
+    )
+    said = cli("runs", "show", "1", "--debug")
+    assert said.err == "error: --debug goes before the command: dlperf --debug runs show 1\n"
+    said = cli("runs", "list", "--db=postgresql://me:secret@h/db")
+    assert said.err == (
+        "error: --db goes before the command: dlperf '--db=postgresql://me:***@h/db' runs list "
+        "(or set DLPERF_DB)\n"
+    )
+    assert "Possible options: --kind" in cli("runs", "list", "--kindd").err  # Click's, as before

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from dlperf import stopping
-from dlperf.cli.app import app, state
+from dlperf.cli.app import app, placed_after, state
 from dlperf.cli.console import documents_only
 from dlperf.cli.loads import memory_hint, out_of_memory, unloadable
 from dlperf.errors import (
@@ -270,6 +270,8 @@ def _click_error(e: BaseException) -> int | None:
         return None
     if kind == "NoArgsIsHelpError":  # `dlperf runs` alone: its help, as standalone Click
         e.show()  # type: ignore[attr-defined]
+    elif (placed := placed_after(e)) is not None:
+        say(placed)
     else:  # an unknown option, a value of the wrong type, a missing argument
         ctx = getattr(e, "ctx", None)
         see = f" (see {ctx.command_path} --help)" if ctx is not None else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -167,3 +168,25 @@ def db_words() -> list[str]:
         if word.startswith("--db="):
             return [word]
     return []
+
+
+def placed_after(e: BaseException) -> str | None:
+    """The line for an option of dlperf itself given after the command (`dlperf runs list
+    --db x.db`): Click said "No such option: --db (Possible options: --kind)" and pointed at
+    the command's --help, which has no --db. It gives the command line with the option moved
+    (a password in a URL as ***). None for any other error."""
+    from dlperf.store.urls import masked_words
+
+    ctx, name = getattr(e, "ctx", None), getattr(e, "option_name", None)
+    if type(e).__name__ != "NoSuchOption" or ctx is None or ctx.parent is None:
+        return None
+    root = ctx.find_root()
+    option = next((p for p in root.command.params if name in p.opts), None)
+    words = masked_words(sys.argv[1:])
+    at = next((i for i, w in enumerate(words) if w == name or w.startswith(f"{name}=")), None)
+    if option is None or at is None:
+        return None
+    end = at + 1 + (words[at] == name and not getattr(option, "is_flag", False))
+    line = shlex.join([root.command_path, *words[at:end], *words[:at], *words[end:]])
+    env = f" (or set {option.envvar})" if isinstance(option.envvar, str) else ""
+    return f"error: {name} goes before the command: {line}{env}"
