@@ -67,10 +67,30 @@ def test_c1_a_zero_based_one_pixel_box_at_the_edge_is_still_read(tmp_path: Path)
     assert box == (0.0, 0.0, 1.0, 1.0)
 
 
-def write_idx(path: Path, array: np.ndarray, order: str) -> None:
-    """An idx file of uint8 `array`, its dimensions written in byte `order` ('>' or '<')."""
+def write_idx(path: Path, array: np.ndarray, order: str, magic: str = ">") -> None:
+    """An idx file of uint8 `array`, its dimensions written in byte `order` ('>' or '<'), its
+    magic number in byte order `magic`."""
     dims = np.array(array.shape, f"{order}i4").tobytes()
-    path.write_bytes(struct.pack(">I", 0x0800 | array.ndim) + dims + array.tobytes())
+    path.write_bytes(struct.pack(f"{magic}I", 0x0800 | array.ndim) + dims + array.tobytes())
+
+
+def mnist(root: Path, native: str, magic: str) -> Path:
+    """An MNIST folder in `root` of 40 training and 10 test images, the idx file named
+    `native` with its dimensions little-endian (NumPy's native int32 on x86), its magic number
+    in byte order `magic`; its raw folder."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split, n in (("train", 40), ("t10k", 10)):
+        files = {
+            f"{split}-images-idx3-ubyte": np.zeros((n, 28, 28), np.uint8),
+            f"{split}-labels-idx1-ubyte": np.arange(n, dtype=np.uint8) % 10,
+        }
+        for file, data in files.items():
+            if file == native:
+                write_idx(raw / file, data, "<", magic)
+            else:
+                write_idx(raw / file, data, ">")
+    return raw
 
 
 @pytest.mark.parametrize(
@@ -83,15 +103,7 @@ def write_idx(path: Path, array: np.ndarray, order: str) -> None:
 def test_c2_idx_dimensions_written_little_endian_are_said_so(
     tmp_path: Path, name: str, said: str, array: str
 ) -> None:
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for split, n in (("train", 40), ("t10k", 10)):
-        files = {
-            f"{split}-images-idx3-ubyte": np.zeros((n, 28, 28), np.uint8),
-            f"{split}-labels-idx1-ubyte": np.arange(n, dtype=np.uint8) % 10,
-        }
-        for file, data in files.items():
-            write_idx(raw / file, data, "<" if file == name else ">")
+    raw = mnist(tmp_path, name, ">")
     with pytest.raises(UserError) as caught:
         load_data(DataConfig(name="mnist", root=str(tmp_path)))
     assert caught.value.message == (
@@ -100,4 +112,28 @@ def test_c2_idx_dimensions_written_little_endian_are_said_so(
     )
     assert caught.value.hint == (
         f"write them big-endian, e.g. numpy.array({array}.shape, '>i4').tobytes()"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "magic", "header"),
+    [
+        ("train-images-idx3-ubyte", "0x03080000 (0x00000803", "[0x0803, *images.shape]"),
+        ("t10k-labels-idx1-ubyte", "0x01080000 (0x00000801", "[0x0801, *labels.shape]"),
+    ],
+)
+def test_c2_review_an_idx_header_written_little_endian_whole_is_said_so(
+    tmp_path: Path, name: str, magic: str, header: str
+) -> None:
+    """The whole header in NumPy's native int32 (np.array([2051, n, 28, 28], np.int32)), the
+    likelier slip by hand: its magic number was "not an idx file", and the fix a whole copy."""
+    raw = mnist(tmp_path, name, "<")
+    with pytest.raises(UserError) as caught:
+        load_data(DataConfig(name="mnist", root=str(tmp_path)))
+    assert caught.value.message == (
+        f"data.root '{tmp_path}' has no readable MNIST idx files: {raw / name} holds its magic "
+        f"number {magic} read little-endian): idx files hold their header big-endian"
+    )
+    assert caught.value.hint == (
+        f"write magic number and dimensions big-endian, e.g. numpy.array({header}, '>i4').tobytes()"
     )

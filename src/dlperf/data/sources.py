@@ -1170,13 +1170,29 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
     return _idx_array(cfg, what, path, data, dims)
 
 
+def _is_idx_magic(magic: int) -> bool:
+    """Whether `magic` is an idx file's: 0x0000TTNN, a value type idx knows and 1 to 255
+    dimensions (the format allows any number: a 4-D file is an idx file)."""
+    return not magic >> 16 and (magic >> 8) in _IDX_TYPES and bool(magic & 0xFF)
+
+
 def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: int) -> np.ndarray:
     """The uint8 array of `dims` dimensions in `data`, the idx file `path` (or the file a .gz
     unpacks to, so named); a line naming it for anything else."""
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
-    # the idx format allows any number of dimensions, 1 to 255: a 4-D file is an idx file
-    if len(data) < 4 or magic >> 16 or (magic >> 8) not in _IDX_TYPES or not ndim:
+    if len(data) < 4 or not _is_idx_magic(magic):
+        little = int.from_bytes(data[:4], "little")
+        if len(data) >= 4 and _is_idx_magic(little):
+            # the whole header in NumPy's native int32 (little-endian on x86), written by hand:
+            # whole, and no copy mends it (as dimensions alone written so, below)
+            said = f"holds its magic number 0x{magic:08x} (0x{little:08x} read little-endian)"
+            header = f"[0x{little:04x}, *{'images' if dims == 3 else 'labels'}.shape]"
+            fix = (
+                "write magic number and dimensions big-endian, e.g. "
+                f"numpy.array({header}, '>i4').tobytes()"
+            )
+            raise _broken(cfg, what, path, f"{said}: idx files hold their header big-endian", fix)
         raise _broken(cfg, what, path, f"is not an idx file (magic 0x{magic:08x})")
     if magic >> 8 != 0x08:
         raise _broken(cfg, what, path, f"holds {_IDX_TYPES[magic >> 8]} values, not uint8")
