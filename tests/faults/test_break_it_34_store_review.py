@@ -4,6 +4,10 @@ R1. `runs delete` of a distill select run keeps its pseudo-labelled npz while th
     trains on it (C2), but then deleting the pretrain run left the npz behind without a word:
     no run recorded it any more. The runs that train on a kept file record it now, so it goes
     with the last of them.
+R2. A project folder moved whole (C1): a run's recorded files were found beside the store, but
+    the pseudo-labelled npz a distill pretrain run trains on is named by its config (data.root)
+    at the old place: `export` of that run said "not a readable .npz file (no such file) (set
+    data.root to the path of one)". A stored run's data.root is read where it is now too.
 """
 
 from __future__ import annotations
@@ -32,3 +36,21 @@ def test_a_file_kept_for_the_run_that_trains_on_it_goes_with_that_run(tmp_path: 
     assert deleted.kept == [(str(pseudo), "another run records it too")] and pseudo.is_file()
     assert store.delete_runs([other]).removed == [str(pseudo)] and not pseudo.exists()
     _closed(store)
+
+
+def test_a_project_moved_whole_reads_its_runs_data_root_where_it_is_now(tmp_path: Path) -> None:
+    old, new = tmp_path / "w", tmp_path / "w2"
+    old.mkdir()
+    store = RunStore.open(str(old / "dlperf.db"))
+    pseudo = store.artifact_dir(old / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
+    pseudo.parent.mkdir(parents=True)
+    pseudo.write_bytes(b"images")
+    pretrain = store.create_run("d-pretrain-k10", "run", {"data": {"root": str(pseudo)}})
+    elsewhere = store.create_run("r", "run", {"data": {"root": str(tmp_path / "gone.npz")}})
+    _closed(store)
+    old.rename(new)
+    moved = RunStore.open(str(new / "dlperf.db"), create=False)
+    now = new / pseudo.relative_to(old)
+    assert moved.get_run(pretrain).config == {"data": {"root": str(now)}}
+    assert moved.get_run(elsewhere).config == {"data": {"root": str(tmp_path / "gone.npz")}}
+    _closed(moved)

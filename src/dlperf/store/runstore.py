@@ -49,7 +49,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -1683,6 +1683,20 @@ def _deleting(s: Session) -> dict[int, _Plan]:
     return plans
 
 
+_STUDY_DIR = re.compile(r"study-[0-9]+")  # a study's directory (sweep, distill), `_emptied`
+
+
+def _emptied(s: Session, gone: Sequence[int]) -> dict[int, int]:
+    """The studies that a delete of the runs `gone` leaves without a run, each with the last
+    of its runs deleted: the study's directory `study-<id>/` goes with it (sweep's and
+    distill's figures are recorded by no run; a staleness study's figure is)."""
+    query = select(Run.study_id, func.max(Run.id)).where(Run.id.in_(gone))
+    rows = s.execute(query.where(Run.study_id.is_not(None)).group_by(Run.study_id)).all()
+    last: dict[int, int] = {study: run_id for study, run_id in rows}
+    left = select(Run.study_id).where(Run.study_id.in_(last), Run.id.not_in(gone))
+    return {study: run_id for study, run_id in last.items() if study not in set(s.scalars(left))}
+
+
 def _take(
     run_id: int,
     target: Path,
@@ -1703,7 +1717,7 @@ def _take(
     try:
         if target.is_symlink() or target.is_file():
             target.unlink()
-        elif target == own and target.is_dir():
+        elif target.is_dir() and (target == own or _STUDY_DIR.fullmatch(target.name)):
             shutil.rmtree(target)
         elif target.is_dir():
             kept.append((str(target), "a directory the run does not own"))
@@ -2649,6 +2663,17 @@ class RunStore:
             )
             for run_id, _, config in owners:
                 self._plan_run_dir(run_id, config, mine, plans[run_id])
+            keeping = [Path(p) for plan in plans.values() for p, _ in plan.kept]
+            configs = {i: c for i, _, c in owners}
+            for study_id, run_id in _emptied(s, gone).items():
+                # Its figures (sweep, distill) and distill's npz, recorded or not; not while
+                # a file in it is kept (another run trains on the npz).
+                plan, planned = plans[run_id], len(plans[run_id].remove)
+                self._plan_run_dir(run_id, configs[run_id], mine, plan, f"study-{study_id}")
+                plan.remove[planned:] = [
+                    (target, root) for target, root in plan.remove[planned:]
+                    if not any(k.is_relative_to(target) for k in keeping)
+                ]  # fmt: skip
             for table in (Tag, Metric, Artifact):
                 s.execute(delete(table).where(table.run_id.in_(gone)))
             s.execute(delete(Run).where(Run.id.in_(gone)))
@@ -2681,8 +2706,11 @@ class RunStore:
         with Session(self.engine) as s:
             return {i for i, plan in _deleting(s).items() if plan.cut_short(me, force)}
 
-    def _plan_run_dir(self, run_id: int, config: Any, mine: set[str], plan: _Plan) -> None:
-        """The run's own directory `<out_dir>/<name>/run-<id>/` for each of this store's
+    def _plan_run_dir(
+        self, run_id: int, config: Any, mine: set[str], plan: _Plan, directory: str = ""
+    ) -> None:
+        """The run's own directory `<out_dir>/<name>/run-<id>/` (or `directory` there: the
+        `study-<id>/` of a study left without runs, `_emptied`) for each of this store's
         directory names (`mine`), found from the run's run.out_dir (a relative one from here
         and from the store's folder, and beside the store when moved), whether or not the
         run recorded a file in it (a first checkpoint write cut short leaves only its .part)."""
@@ -2708,7 +2736,7 @@ class RunStore:
                     if moved is None:
                         continue
                     root = moved
-                target = root / f"run-{run_id}"
+                target = root / (directory or f"run-{run_id}")
                 if str(target) in planned or not target.is_dir() or target.is_symlink():
                     continue
                 planned.add(str(target))
@@ -2810,8 +2838,17 @@ class RunStore:
     # --- reading -----------------------------------------------------------------------
 
     def get_run(self, run_id: int) -> RunRecord:
+        """Run `run_id`, its data.root where that file is now (`_now_at`): a file of this
+        store's (distill's pseudo-labelled npz) in a project folder moved whole is read
+        beside the store, as the run's recorded files are (`artifacts`)."""
         with Session(self.engine) as s:
-            return _record(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
+            run = _record(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
+        data = run.config.get("data")
+        if not isinstance(data, dict) or not isinstance(root := data.get("root"), str):
+            return run
+        if (now := self._now_at(root)) == root:
+            return run
+        return replace(run, config={**run.config, "data": {**data, "root": now}})
 
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
