@@ -9,6 +9,9 @@ C2. `runs delete` of a distill select run removed its pseudo-labelled npz, the t
     then said "set data.root". A file that another run's config trains on is kept, saying so.
     And a run whose weights another run starts from (model.weights = "run:N", distill's
     finetune run) went without a word: the delete names the runs that start from it.
+C3. Deleting every run of a sweep or distill study left its figures in `study-N/` on disk
+    without a word (a staleness study's recorded figure goes with its runs): a study's
+    directory goes with the last of its runs.
 C4. `dlperf runs list --db x.db` was "No such option: --db (Possible options: --kind) (see
     dlperf runs list --help)", whose help has no --db: an option of dlperf itself given after
     the command says where it goes.
@@ -118,3 +121,39 @@ def test_an_option_of_dlperf_after_the_command_says_where_it_goes(
         "(or set DLPERF_DB)\n"
     )
     assert "Possible options: --kind" in cli("runs", "list", "--kindd").err  # Click's, as before
+
+
+def test_a_studys_directory_goes_with_the_last_of_its_runs(store_url: str, tmp_path: Path) -> None:
+    store = RunStore.open(store_url)
+    study = store.create_study("swp", "sweep")
+    config = {"run": {"out_dir": str(tmp_path / "dlperf_runs")}}
+    points = [store.create_run(f"swp-{i}", "run", config, study_id=study) for i in range(2)]
+    other = store.create_run("alone", "run", config)
+    for run_id in [*points, other]:
+        store.finish_run(run_id)
+    folder = store.artifact_dir(tmp_path / "dlperf_runs") / f"study-{study}"
+    folder.mkdir(parents=True)
+    (folder / "val_error.png").write_bytes(b"png")
+    assert store.delete_runs([points[0], other]).removed == []
+    assert (folder / "val_error.png").is_file()
+    deleted = store.delete_runs([points[1]])
+    assert (deleted.removed, deleted.kept) == ([str(folder)], []) and not folder.exists()
+    _closed(store)
+
+
+def test_a_studys_directory_stays_while_a_run_trains_on_a_file_in_it(tmp_path: Path) -> None:
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    study = store.create_study("d", "distill")
+    config = {"run": {"out_dir": str(tmp_path / "dlperf_runs")}}
+    select = store.create_run("d-select-k10", "select", config, study_id=study)
+    pseudo = store.artifact_dir(tmp_path / "dlperf_runs") / f"study-{study}" / "pseudo-0.npz"
+    pseudo.parent.mkdir(parents=True)
+    pseudo.write_bytes(b"images")
+    store.add_artifact(select, "pseudo-labels", pseudo)
+    user = store.create_run("mine", "run", {**config, "data": {"root": str(pseudo)}})
+    for run_id in (select, user):
+        store.finish_run(run_id)
+    deleted = store.delete_runs([select])
+    assert deleted.removed == [] and [p for p, _ in deleted.kept] == [str(pseudo)]
+    assert pseudo.is_file()
+    _closed(store)

@@ -1691,10 +1691,10 @@ def _emptied(s: Session, gone: Sequence[int]) -> dict[int, int]:
     of its runs deleted: the study's directory `study-<id>/` goes with it (sweep's and
     distill's figures are recorded by no run; a staleness study's figure is)."""
     query = select(Run.study_id, func.max(Run.id)).where(Run.id.in_(gone))
-    rows = s.execute(query.where(Run.study_id.is_not(None)).group_by(Run.study_id)).all()
-    last: dict[int, int] = {study: run_id for study, run_id in rows}
-    left = select(Run.study_id).where(Run.study_id.in_(last), Run.id.not_in(gone))
-    return {study: run_id for study, run_id in last.items() if study not in set(s.scalars(left))}
+    rows = s.execute(query.group_by(Run.study_id)).all()
+    last = {study: run_id for study, run_id in rows if study is not None}
+    left = set(s.scalars(select(Run.study_id).where(Run.study_id.in_(last), Run.id.not_in(gone))))
+    return {study: run_id for study, run_id in last.items() if study not in left}
 
 
 def _take(
