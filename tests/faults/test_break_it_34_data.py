@@ -5,7 +5,9 @@ Albumentations tools write them) were read as pixels: every corner under 1 becam
 pixel, so each box collapsed to the image's top-left pixel and `detect finetune` trained and
 evaluated on that without a word. A box ending before the first pixel (xmax or ymax between 0
 and 1) is refused now, naming the fractions and how to turn them into pixels; a 0-based
-tool's one-pixel box at the edge (0, 0, 0, 0) is still read as before.
+tool's one-pixel box at the edge (0, 0, 0, 0) is still read as before. Review: a box touching
+the far edges (xmin 0.6 to xmax 1) still collapsed; a side within the first pixel with a
+fraction for a corner is refused.
 
 C2: an idx file written by hand with NumPy's native int32 dimensions (little-endian on x86)
 was called cut short, "holds 31,360 bytes of data for 671088640 x 469762048 x 469762048
@@ -42,8 +44,11 @@ def annotation(tmp_path: Path, xmin: str, ymin: str, xmax: str, ymax: str) -> Pa
 @pytest.mark.parametrize(
     ("corners", "said"),
     [
-        (("0.0625", "0.1", "0.3281", "0.5"), "<xmax> 0.3281"),
-        (("10", "0.1", "30", "0.5"), "<ymax> 0.5"),
+        (("0.0625", "0.1", "0.3281", "0.5"), "<xmin> 0.0625 to <xmax> 0.3281"),
+        (("10", "0.1", "30", "0.5"), "<ymin> 0.1 to <ymax> 0.5"),
+        # review: a box touching the image's right and bottom edges ends at 1, 1, read as the
+        # first pixel's far corner, and collapsed as silently as before
+        (("0.6", "0.5", "1", "1.0"), "<xmin> 0.6 to <xmax> 1"),
     ],
 )
 def test_c1_corners_in_fractions_of_the_image_are_refused(
@@ -53,7 +58,7 @@ def test_c1_corners_in_fractions_of_the_image_are_refused(
     with pytest.raises(UserError) as caught:
         voc.parse_annotation(xml)
     assert caught.value.message == (
-        f"{xml}: object 1 (square): {said} ends the box before the image's first pixel: "
+        f"{xml}: object 1 (square): {said} lies within the image's first pixel: "
         "corners from 0 to 1 are fractions of the image, not pixels"
     )
     assert caught.value.hint == (
@@ -61,8 +66,11 @@ def test_c1_corners_in_fractions_of_the_image_are_refused(
     )
 
 
-def test_c1_a_zero_based_one_pixel_box_at_the_edge_is_still_read(tmp_path: Path) -> None:
-    xml = annotation(tmp_path, "0", "0", "0", "0")
+@pytest.mark.parametrize("corners", [("0", "0", "0", "0"), ("0", "1", "1", "1")])
+def test_c1_a_zero_based_one_pixel_box_at_the_edge_is_still_read(
+    tmp_path: Path, corners: tuple[str, str, str, str]
+) -> None:
+    xml = annotation(tmp_path, *corners)
     (box,) = [o.box for o in voc.parse_annotation(xml).objects]
     assert box == (0.0, 0.0, 1.0, 1.0)
 

@@ -180,8 +180,8 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
     name) and the field, before anything is trained: the size in positive whole pixels
     ("64.0" is 64) and, given the folder of `images`, the image's own (`check_size`); each
     corner a finite number inside the image, 0 to the width or height (0, which a tool
-    writing 0-based corners puts at the edge, is read as the first pixel, 1; a box ending
-    between 0 and 1 is fractions of the image, refused), xmin <=
+    writing 0-based corners puts at the edge, is read as the first pixel, 1; a side within
+    the first pixel with a fraction for a corner is fractions of the image, refused), xmin <=
     xmax and ymin <= ymax (VOC's corners are inclusive: equal ones are a box one pixel wide,
     which torchvision's positive width takes); difficult and truncated 1 or 0 (true or
     false, any case)."""
@@ -357,14 +357,15 @@ def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
                 f"{where}: <{corner}> {text} is outside the {width} x {height} image",
                 "VOC corners are pixels 1 to <width> and <height>: fix the box, or <size>",
             )
-    for corner in ("xmax", "ymax"):
-        # A box ending between 0 and 1 ends before the first pixel (a 0-based tool's edge is a
-        # whole 0): these are fractions of the image, which read as pixels all collapsed to
-        # the top-left pixel below.
-        if 0 < corners[corner][1] < 1:
+    for low, high in (("xmin", "xmax"), ("ymin", "ymax")):
+        # A side within the first pixel with a fraction for a corner (a 0-based tool's edge is
+        # a whole 0): fractions of the image, which read as pixels all collapsed to the
+        # top-left pixel below; a box touching the far edges ends at 1, 1.
+        (low_text, start), (high_text, end) = corners[low], corners[high]
+        if end <= 1 and (0 < start < 1 or 0 < end < 1):
             raise UserError(
-                f"{where}: <{corner}> {corners[corner][0]} ends the box before the image's first"
-                " pixel: corners from 0 to 1 are fractions of the image, not pixels",
+                f"{where}: <{low}> {low_text} to <{high}> {high_text} lies within the image's "
+                "first pixel: corners from 0 to 1 are fractions of the image, not pixels",
                 "VOC corners are pixels 1 to <width> and <height>: multiply x by "
                 f"{width} and y by {height}",
             )
