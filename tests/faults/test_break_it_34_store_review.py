@@ -8,6 +8,9 @@ R2. A project folder moved whole (C1): a run's recorded files were found beside 
     the pseudo-labelled npz a distill pretrain run trains on is named by its config (data.root)
     at the old place: `export` of that run said "not a readable .npz file (no such file) (set
     data.root to the path of one)". A stored run's data.root is read where it is now too.
+R3. `runs delete` names the runs that start from a deleted run's weights given as run:N (C2),
+    but not those given as the file (model.weights = ".../run-3/checkpoint.pt", a path the
+    config keeps absolute): its run's directory went without a word. Both are named.
 """
 
 from __future__ import annotations
@@ -54,3 +57,19 @@ def test_a_project_moved_whole_reads_its_runs_data_root_where_it_is_now(tmp_path
     assert moved.get_run(pretrain).config == {"data": {"root": str(now)}}
     assert moved.get_run(elsewhere).config == {"data": {"root": str(tmp_path / "gone.npz")}}
     _closed(moved)
+
+
+def test_deleting_a_checkpoint_another_run_starts_from_by_its_path_names_it(
+    tmp_path: Path,
+) -> None:
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    pretrain = store.create_run("pre", "run", {})
+    checkpoint = store.artifact_dir(tmp_path / "dlperf_runs") / f"run-{pretrain}" / "checkpoint.pt"
+    store.add_artifact(pretrain, "checkpoint", checkpoint)
+    config = {"model": {"weights": str(checkpoint)}}
+    finetune = store.create_run("ft", "run", config)
+    assert store.delete_runs([pretrain]).notes == [
+        f"run {finetune} starts from run {pretrain}'s weights (model.weights = {checkpoint}), "
+        "which are deleted now"
+    ]
+    _closed(store)

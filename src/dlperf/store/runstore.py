@@ -1416,16 +1416,17 @@ class _Users:
     """What the runs a delete leaves use of the runs it deletes (`_users`), with the ids of
     the runs that use it: recorded files they train on (data.root: distill's pretrain run on
     the npz its select run records, recording none itself), and runs whose weights they
-    start from (model.weights = "run:N": distill's finetune run)."""
+    start from, by the deleted run and model.weights ("run:N", distill's finetune run, or
+    the path of the checkpoint it records)."""
 
     data: dict[str, list[int]] = field(default_factory=dict)
-    weights: dict[int, list[int]] = field(default_factory=dict)
+    weights: dict[tuple[int, str], list[int]] = field(default_factory=dict)
 
 
-def _users(s: Session, paths: set[str], gone: Sequence[int]) -> _Users:
-    """`_Users` of the runs `gone` and their recorded files `paths`, from every other run's
-    config, read as text: a config that is not JSON (set by hand) uses nothing, and stops no
-    delete."""
+def _users(s: Session, recorded: dict[str, int], gone: Sequence[int]) -> _Users:
+    """`_Users` of the runs `gone` and their recorded files (`recorded`, each with its run),
+    from every other run's config, read as text: a config that is not JSON (set by hand)
+    uses nothing, and stops no delete."""
     users, deleted = _Users(), set(gone)
     query = select(Run.id, cast(Run.config, Text)).where(Run.id.not_in(gone)).order_by(Run.id)
     for run_id, stored in s.execute(query):
@@ -1435,12 +1436,15 @@ def _users(s: Session, paths: set[str], gone: Sequence[int]) -> _Users:
             continue
         sections = [config.get(k) if isinstance(config, dict) else None for k in ("data", "model")]
         data, model = (section if isinstance(section, dict) else {} for section in sections)
-        if isinstance(root := data.get("root"), str) and root in paths:
+        if isinstance(root := data.get("root"), str) and root in recorded:
             users.data.setdefault(root, []).append(run_id)
         weights = model.get("weights")
-        source = weights.removeprefix("run:") if isinstance(weights, str) else ""
-        if weights != source and source.isdigit() and int(source) in deleted:
-            users.weights.setdefault(int(source), []).append(run_id)
+        if not isinstance(weights, str):
+            continue
+        source = weights.removeprefix("run:")
+        start = int(source) if weights != source and source.isdigit() else recorded.get(weights)
+        if start in deleted:
+            users.weights.setdefault((start, weights), []).append(run_id)
     return users
 
 
@@ -2631,11 +2635,11 @@ class RunStore:
                     )
                 )
             )
-            users = _users(s, {p for _, p in owned}, gone)
+            users = _users(s, {p: i for i, p in owned}, gone)
             notes = [
-                f"{_runs_that(them, 'starts')} from run {i}'s weights (model.weights = run:{i}), "
+                f"{_runs_that(them, 'starts')} from run {i}'s weights (model.weights = {spec}), "
                 "which are deleted now"
-                for i, them in sorted(users.weights.items())
+                for (i, spec), them in sorted(users.weights.items())
             ]
             plans: dict[int, _Plan] = {i: _Plan([], [], me) for i in gone}
             for run_id, path in owned:
