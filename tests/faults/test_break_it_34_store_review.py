@@ -11,13 +11,18 @@ R2. A project folder moved whole (C1): a run's recorded files were found beside 
 R3. `runs delete` names the runs that start from a deleted run's weights given as run:N (C2),
     but not those given as the file (model.weights = ".../run-3/checkpoint.pt", a path the
     config keeps absolute): its run's directory went without a word. Both are named.
+R4. `dlperf runs show 1 --db` (the store left out too) said "--db goes before the command:
+    dlperf --db runs show 1", a line that takes "runs" for the store: the missing value is
+    named as such (C4's line).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from dlperf.store import RunStore
+from tests.conftest import CliResult
 from tests.faults.test_break_it_4_store import _closed
 
 
@@ -73,3 +78,13 @@ def test_deleting_a_checkpoint_another_run_starts_from_by_its_path_names_it(
         "which are deleted now"
     ]
     _closed(store)
+
+
+def test_an_option_of_dlperf_after_the_command_without_its_value(
+    cli: Callable[..., CliResult],
+) -> None:
+    said = cli("runs", "show", "1", "--db")
+    assert (said.code, said.out) == (2, "")
+    assert said.err == (
+        "error: --db goes before the command: dlperf --db DB runs show 1 (or set DLPERF_DB)\n"
+    )

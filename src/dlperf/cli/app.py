@@ -187,6 +187,9 @@ def placed_after(e: BaseException) -> str | None:
     if option is None or at is None:
         return None
     end = at + 1 + (words[at] == name and not getattr(option, "is_flag", False))
-    line = shlex.join([root.command_path, *words[at:end], *words[:at], *words[end:]])
+    moved = words[at:end]
+    if end > len(words):  # its value left out too: named, not the next word taken for it
+        moved.append(str(option.name).upper())
+    line = shlex.join([root.command_path, *moved, *words[:at], *words[end:]])
     env = f" (or set {option.envvar})" if isinstance(option.envvar, str) else ""
     return f"error: {name} goes before the command: {line}{env}"
