@@ -9,6 +9,10 @@ C2: a connection over serve.max_connections was answered 503 and closed at once:
 wrote its request in two parts (httpx, `serve bench`) had its second write refused, the first
 having met a closed socket (a reset), and never read the 503 waiting for it; bench said "N
 ReadError (connection closed by the server)" while /metrics counted 503s.
+C3: `serve bench` of a server whose serve.max_wait_ms was over bench's timeout (a lone request
+waits that long for company) said "took the connection but sent no answer in 30 s (is the
+server hung, or stopped? Restart or continue it...)": restarting changed nothing. And serve
+took any max_wait_ms, 1e20 included (a lone request never answered).
 
 A real server on 127.0.0.1 (`dlperf serve`'s, uvicorn in a thread), raw sockets as the clients.
 C1's stop comes as after SIGCONT: the loop stands still while the requests arrive and the stop
@@ -22,17 +26,20 @@ import json
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fastapi import FastAPI
 
 import dlperf.deploy.server as server_module
 from dlperf import stopping
 from dlperf.cli.serve import _listen
+from dlperf.deploy import loadgen
 from dlperf.deploy.server import _DrainingServer, create_app, uvicorn_config
+from tests.conftest import CliResult
 from tests.deploy.test_server import infer_body, reference, tiny_classifier, wait_ready
 from tests.deploy.test_server_limits import (
     EVENT_S,
@@ -47,6 +54,7 @@ from tests.deploy.test_server_limits import (
 )
 from tests.faults.test_break_it_26_serve import Interrupted
 
+Cli = Callable[..., CliResult]
 # How often uvicorn's main loop looks for a stop asked (its `asyncio.sleep(0.1)`).
 TICK_S = 0.1
 
@@ -57,10 +65,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def draining(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, _DrainingServer]]:
-    """`tiny` served by `dlperf serve`'s server from a thread (which takes no signals)."""
+def draining(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, _DrainingServer]]:
+    """`app` served by `dlperf serve`'s server from a thread (which takes no signals)."""
     monkeypatch.setattr(stopping, "taken", list)
-    app = create_app(tiny, threads=1)
     sock = _listen("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # before the server takes the socket over
     server = _DrainingServer(uvicorn_config(app, 600.0, 32), app.state.batcher)
@@ -94,7 +103,7 @@ def test_whole_requests_unread_when_the_stop_comes_are_served(
     new connections, nothing at all on the idle ones."""
     x = np.random.default_rng(34).normal(size=(1, 3, 8, 8)).astype(np.float32)
     request = infer_request(x)
-    with draining(tiny, monkeypatch) as (url, server):
+    with draining(create_app(tiny, threads=1), monkeypatch) as (url, server):
         idle = [connect(url) for _ in range(3)]
         for c in idle:
             c.sendall(request)
@@ -169,3 +178,30 @@ def after_a_turn(loop: asyncio.AbstractEventLoop) -> None:
     done = threading.Event()
     loop.call_soon_threadsafe(loop.call_soon, done.set)
     assert done.wait(EVENT_S), "the server's loop stands still"
+
+
+def test_bench_of_a_server_holding_a_lone_request_past_its_timeout_names_max_wait_ms(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    """The probe, a lone request, waits the server's max_wait_ms for company (here 60 s, over
+    bench's timeout, shortened to 1 s): bench names the setting and its fix, not a hung server."""
+    monkeypatch.setattr(loadgen, "TIMEOUT_S", 1.0)
+    app = create_app(tiny, threads=1, max_wait_ms=60_000)
+    with draining(app, monkeypatch) as (url, _):
+        r = cli("serve", "bench", url, "--concurrency", "1", "--duration", "1")
+    assert (r.code, r.out) == (2, ""), r.err
+    assert r.err == (
+        f"error: {url}/predict sent no answer in 1 s: its server holds a lone request up to "
+        "60000 ms for company (serve.max_wait_ms of model tiny, batches of up to 32), longer "
+        "than bench waits for an answer (restart it with a smaller --max-wait-ms: the default "
+        "is 5)\n"
+    )
+
+
+def test_serve_refuses_a_max_wait_ms_over_a_minute(
+    tiny: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "serve_forever", lambda *args: None)  # were it taken
+    r = cli("serve", str(tiny), "--max-wait-ms", "1e20")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == "error: --max-wait-ms: serve.max_wait_ms: must be at most 60000 (got 1e+20)\n"

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from dlperf.config.base import Count, NonNegative, Positive, Section
+from dlperf.config.base import Count, Positive, Section
 from dlperf.config.experiment import Job
 
 
@@ -31,8 +31,9 @@ class ServeConfig(Section):
     """TCP port; 0 = any free port (printed when the server starts)."""
     max_batch: Count = 32
     """Most rows in one model call (models with a dynamic batch dimension)."""
-    max_wait_ms: NonNegative = 5.0
-    """How long the first request of a batch waits for company."""
+    # A minute at most: a lone request waits this long for company, and 1e20 left it unanswered.
+    max_wait_ms: Annotated[float, Field(ge=0, le=60_000)] = 5.0
+    """How long the first request of a batch waits for company (at most 60,000: a minute)."""
     queue: Count = 256
     """Waiting requests before the server answers 503."""
     threads: Count | None = None

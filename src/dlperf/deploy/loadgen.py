@@ -42,7 +42,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -60,6 +60,9 @@ MIN_DURATION_S = 0.1  # a level's least --duration
 SPARE_FILES = 32
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 TIMEOUT_S = 30.0  # a request unanswered this long counts as no answer (tests shorten it)
+# How long bench waits for the server's description (its batching): its event loop answers
+# that at once, where a request may wait for company or the model.
+ASK_TIMEOUT_S = 5.0
 HEADERS = {"content-type": "application/octet-stream"}
 # a 2xx's status when its answer is not a prediction (_is_prediction): "200-not-prediction"
 NOT_PREDICTION = "-not-prediction"
@@ -371,6 +374,8 @@ async def _probe(url: str, body: bytes, server: int | None = None) -> None:
             response = await client.post(url, content=body, headers=HEADERS)
     except httpx.HTTPError as e:
         if type(e).__name__ in TIMED_OUT:  # a server is there, listening: not a URL to fix
+            if (waiting := await _lone_wait(url)) is not None:
+                raise waiting from None
             raise ServerGone(
                 f"{url} took the connection but sent no answer in {TIMEOUT_S:g} s",
                 _gone_hint(server, timed_out=True),
@@ -381,6 +386,33 @@ async def _probe(url: str, body: bytes, server: int | None = None) -> None:
         ) from None
     if not response.is_success or not _is_prediction(response):
         raise _refused(url, response)
+
+
+async def _lone_wait(url: str) -> UserError | None:
+    """The error to give where the probe, a lone request, went unanswered because the server
+    holds a lone request for company longer than bench waits (its model's max_wait_ms, as
+    dlperf serve describes it at /v2/models/NAME). None where it does not (or says nothing:
+    not dlperf's server, or hung): it was called hung, and told to restart."""
+    base = urlunsplit(urlsplit(url)._replace(path="", query=""))
+    try:
+        async with _client() as client:
+            index = await client.post(f"{base}/v2/repository/index", timeout=ASK_TIMEOUT_S)
+            name = index.json()[0]["name"]
+            described = await client.get(
+                f"{base}/v2/models/{quote(name, safe='')}", timeout=ASK_TIMEOUT_S
+            )
+            batching = described.json()["batching"]
+            wait_ms, max_batch = float(batching["max_wait_ms"]), int(batching["max_batch"])
+    except (httpx.HTTPError, ValueError, LookupError, TypeError):
+        return None
+    if max_batch < 2 or wait_ms < TIMEOUT_S * 1000:  # a batch of one waits for nobody
+        return None
+    return UserError(
+        f"{url} sent no answer in {TIMEOUT_S:g} s: its server holds a lone request up to "
+        f"{wait_ms:g} ms for company (serve.max_wait_ms of model {name}, batches of up to "
+        f"{max_batch}), longer than bench waits for an answer",
+        "restart it with a smaller --max-wait-ms: the default is 5",
+    )
 
 
 def _is_prediction(response: httpx.Response) -> bool:
