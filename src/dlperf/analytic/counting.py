@@ -448,11 +448,13 @@ def default_input(name: str) -> list[int]:
     """The input a registered model is meant for (the paper's AlexNet: 3x227x227), else
     ImageNet size for torchvision's zoo and CIFAR size for dlperf's models and users' files."""
     from dlperf.models import list_models
-    from dlperf.models.registry import registered_input
+    from dlperf.models.registry import registered_factory, registered_input
 
     meant = registered_input(name)
     if meant is not None:
         return meant
+    if registered_factory(name) is not None:  # without importing torchvision (3 CPU-s a process)
+        return [3, 32, 32]
     return [3, 224, 224] if name in list_models()["torchvision"] else [3, 32, 32]
 
 
