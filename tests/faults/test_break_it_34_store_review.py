@@ -61,6 +61,10 @@ def test_a_project_moved_whole_reads_its_runs_data_root_where_it_is_now(tmp_path
     now = new / pseudo.relative_to(old)
     assert moved.get_run(pretrain).config == {"data": {"root": str(now)}}
     assert moved.get_run(elsewhere).config == {"data": {"root": str(tmp_path / "gone.npz")}}
+    assert [r.config for r in moved.list_runs()] == [  # newest first; report's run pages
+        moved.get_run(elsewhere).config,
+        moved.get_run(pretrain).config,
+    ]
     _closed(moved)
 
 

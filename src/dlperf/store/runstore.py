@@ -2842,11 +2842,14 @@ class RunStore:
     # --- reading -----------------------------------------------------------------------
 
     def get_run(self, run_id: int) -> RunRecord:
-        """Run `run_id`, its data.root where that file is now (`_now_at`): a file of this
-        store's (distill's pseudo-labelled npz) in a project folder moved whole is read
-        beside the store, as the run's recorded files are (`artifacts`)."""
         with Session(self.engine) as s:
             run = _record(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
+        return self._data_now(run)
+
+    def _data_now(self, run: RunRecord) -> RunRecord:
+        """`run` with its data.root where that file is now (`_now_at`): a file of this store's
+        (distill's pseudo-labelled npz) in a project folder moved whole is read beside the
+        store, as the run's recorded files are (`artifacts`)."""
         data = run.config.get("data")
         if not isinstance(data, dict) or not isinstance(root := data.get("root"), str):
             return run
@@ -2876,7 +2879,7 @@ class RunStore:
             with integrity.reading(*ids), _times_read(s):
                 runs = list(s.scalars(query))
             tags = _tags_of(s, [r.id for r in runs])
-            return [_record(r, tags.get(r.id)) for r in runs]
+            return [self._data_now(_record(r, tags.get(r.id))) for r in runs]
 
     def get_study(self, study_id: int) -> dict[str, Any]:
         """A study by the id a user gave: any integer, however large, that names no stored
