@@ -1,4 +1,4 @@
-"""Break-it round 34 (P4), serve: a graceful stop.
+"""Break-it round 34 (P4): serve's stop and connection cap, bench, and names read as ASCII.
 
 C1: requests that had arrived whole before the stop signal, but were not yet read (the server
 paused, SIGSTOP/SIGCONT, or busy), were refused: answered 503 "the server is shutting down" on
@@ -13,6 +13,9 @@ C3: `serve bench` of a server whose serve.max_wait_ms was over bench's timeout (
 waits that long for company) said "took the connection but sent no answer in 30 s (is the
 server hung, or stopped? Restart or continue it...)": restarting changed nothing. And serve
 took any max_wait_ms, 1e20 included (a lone request never answered).
+C4: under a C locale with UTF-8 mode off (PYTHONUTF8=0, -X utf8=0) Python reads every byte over
+127 of an argument as a surrogate escape: a UTF-8 name (`--db dé/sté.db`, `--set
+run.name=café`) was refused as "not UTF-8" and told to rename the file, which cannot help.
 
 A real server on 127.0.0.1 (`dlperf serve`'s, uvicorn in a thread), raw sockets as the clients.
 C1's stop comes as after SIGCONT: the loop stands still while the requests arrive and the stop
@@ -33,12 +36,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from pydantic import ValidationError
 
 import dlperf.deploy.server as server_module
 from dlperf import stopping
 from dlperf.cli.serve import _listen
+from dlperf.config.base import Section, check_utf8_name
 from dlperf.deploy import loadgen
 from dlperf.deploy.server import _DrainingServer, create_app, uvicorn_config
+from dlperf.errors import UserError
 from tests.conftest import CliResult
 from tests.deploy.test_server import infer_body, reference, tiny_classifier, wait_ready
 from tests.deploy.test_server_limits import (
@@ -205,3 +211,31 @@ def test_serve_refuses_a_max_wait_ms_over_a_minute(
     r = cli("serve", str(tiny), "--max-wait-ms", "1e20")
     assert (r.code, r.out) == (2, "")
     assert r.err == "error: --max-wait-ms: serve.max_wait_ms: must be at most 60000 (got 1e+20)\n"
+
+
+# 'café', its UTF-8 bytes as Python reads them under LC_ALL=C with UTF-8 mode off
+READ_AS_ASCII = "caf\udcc3\udca9"
+LOCALE_HINT = (
+    "Python reads names as ASCII in a C or POSIX locale with UTF-8 mode off: run with "
+    "PYTHONUTF8=1 or LC_ALL=C.UTF-8"
+)
+
+
+class Named(Section):
+    name: str = ""
+
+
+def test_a_utf8_name_read_as_ascii_is_told_to_change_the_locale_not_the_name() -> None:
+    with pytest.raises(UserError) as refused:
+        check_utf8_name("run store", f"{READ_AS_ASCII}/{READ_AS_ASCII}.db")
+    assert (refused.value.message, refused.value.hint) == (
+        "run store: is UTF-8, but Python read it as ASCII: 'café/café.db'",
+        LOCALE_HINT,
+    )
+    with pytest.raises(ValidationError) as invalid:
+        Named(name=READ_AS_ASCII)
+    said = invalid.value.errors()[0]["msg"]
+    assert said == f"is UTF-8, but Python read it as ASCII: 'café' ({LOCALE_HINT})"
+    with pytest.raises(UserError) as latin1:  # bytes that are not UTF-8: renamed, as before
+        check_utf8_name("run store", "caf\udce9.db")
+    assert latin1.value.hint == "rename the file or folder so that its name is UTF-8"

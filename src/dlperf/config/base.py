@@ -65,17 +65,18 @@ class Section(BaseModel):
         if found is not None:
             text, at = found
             where = f" (at {at})" if at else ""
-            raise PydanticCustomError(
-                NOT_UTF8,
-                "{message}",
-                {"message": f"is not UTF-8: '{_escaped(text)}'{where} ({_RENAME})"},
-            )
+            said, fix = _refusal(text)
+            raise PydanticCustomError(NOT_UTF8, "{message}", {"message": f"{said}{where} ({fix})"})
         return value
 
 
 # The error type of a string that cannot be written as UTF-8; its message shows the value.
 NOT_UTF8 = "not_utf8"
 _RENAME = "rename the file or folder so that its name is UTF-8"
+_LOCALE = (
+    "Python reads names as ASCII in a C or POSIX locale with UTF-8 mode off: run with "
+    "PYTHONUTF8=1 or LC_ALL=C.UTF-8"
+)
 
 
 def check_utf8_name(what: str, name: str | PurePath) -> None:
@@ -83,7 +84,19 @@ def check_utf8_name(what: str, name: str | PurePath) -> None:
     export's --out) in the one line a config key naming it gets: `what: is not UTF-8: ...`."""
     found = _not_utf8(name, "")
     if found is not None:
-        raise UserError(f"{what}: is not UTF-8: '{_escaped(found[0])}'", _RENAME)
+        said, fix = _refusal(found[0])
+        raise UserError(f"{what}: {said}", fix)
+
+
+def _refusal(text: str) -> tuple[str, str]:
+    """What is said of `text`, which cannot be written as UTF-8, and what to do about it. Its
+    bytes may be UTF-8 all the same: Python read them as ASCII (a C or POSIX locale with UTF-8
+    mode off: PYTHONUTF8=0, -X utf8=0), each byte over 127 escaped, and renaming cannot help."""
+    try:
+        text.encode("utf-8", "surrogateescape").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):  # a lone surrogate, or bytes not UTF-8
+        return f"is not UTF-8: '{_escaped(text)}'", _RENAME
+    return f"is UTF-8, but Python read it as ASCII: '{_escaped(text)}'", _LOCALE
 
 
 def _not_utf8(value: Any, at: str) -> tuple[str, str] | None:
