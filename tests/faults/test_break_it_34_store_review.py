@@ -4,6 +4,8 @@ R1. `runs delete` of a distill select run keeps its pseudo-labelled npz while th
     trains on it (C2), but then deleting the pretrain run left the npz behind without a word:
     no run recorded it any more. The runs that train on a kept file record it now, so it goes
     with the last of them.
+    On PostgreSQL a delete of that run meanwhile (another process) is waited for: the file then
+    has no user and goes, where the row recorded to the vanished run failed its foreign key.
 R2. A project folder moved whole (C1): a run's recorded files were found beside the store, but
     the pseudo-labelled npz a distill pretrain run trains on is named by its config (data.root)
     at the old place: `export` of that run said "not a readable .npz file (no such file) (set
@@ -18,11 +20,16 @@ R4. `dlperf runs show 1 --db` (the store left out too) said "--db goes before th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+from sqlalchemy import create_engine, text
+
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_4_store import _closed
 
 
@@ -44,6 +51,51 @@ def test_a_file_kept_for_the_run_that_trains_on_it_goes_with_that_run(tmp_path: 
     assert deleted.kept == [(str(pseudo), "another run records it too")] and pseudo.is_file()
     assert store.delete_runs([other]).removed == [str(pseudo)] and not pseudo.exists()
     _closed(store)
+
+
+@pytest.fixture
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url("postgresql", tmp_path, "bk34_review")
+
+
+def test_a_delete_meanwhile_of_the_run_a_kept_file_is_kept_for(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    store = RunStore.open(postgres_url)
+    pseudo = store.artifact_dir(tmp_path / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
+    pseudo.parent.mkdir(parents=True)
+    pseudo.write_bytes(b"images")
+    select = store.create_run("d-select-k10", "select", {"top_k": 10})
+    store.add_artifact(select, "pseudo-labels", pseudo)
+    pretrain = store.create_run("d-pretrain-k10", "run", {"data": {"root": str(pseudo)}})
+    for run_id in (select, pretrain):
+        store.finish_run(run_id)
+    other = create_engine(postgres_url)
+    done: list[object] = []
+    with other.connect() as conn:  # another process deleting the pretrain run, not committed
+        conn.execute(text(f"SELECT id FROM runs WHERE id = {pretrain} FOR UPDATE"))
+        conn.execute(text(f"DELETE FROM runs WHERE id = {pretrain}"))
+        worker = threading.Thread(target=lambda: done.append(_deleted(store, select)))
+        worker.start()
+        waits = (
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'tuple' AND relation = "
+            "'runs'::regclass AND pid <> pg_backend_pid()"
+        )
+        deadline = time.monotonic() + 60
+        while not conn.execute(text(waits)).scalar() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the delete waits on the row this transaction holds
+        conn.commit()
+    worker.join(60)
+    other.dispose()
+    assert done == [[str(pseudo)]] and not pseudo.exists()
+    _closed(store)
+
+
+def _deleted(store: RunStore, run_id: int) -> object:
+    try:
+        return store.delete_runs([run_id]).removed
+    except Exception as e:  # said by the test's assert
+        return e
 
 
 def test_a_project_moved_whole_reads_its_runs_data_root_where_it_is_now(tmp_path: Path) -> None:

@@ -1445,6 +1445,16 @@ def _users(s: Session, recorded: dict[str, int], gone: Sequence[int]) -> _Users:
         start = int(source) if weights != source and source.isdigit() else recorded.get(weights)
         if start in deleted:
             users.weights.setdefault((start, weights), []).append(run_id)
+    # Those a kept file is recorded to (`delete_runs`), locked as the deleted runs are: a
+    # delete of one meanwhile (PostgreSQL) is waited for, and it is then no user (the row
+    # recorded to it failed its foreign key).
+    them = sorted({i for ids in users.data.values() for i in ids})
+    there = set(
+        s.scalars(select(Run.id).where(Run.id.in_(them)).order_by(Run.id).with_for_update())
+    )
+    users.data = {
+        p: left for p, ids in users.data.items() if (left := [i for i in ids if i in there])
+    }
     return users
 
 
