@@ -16,6 +16,9 @@ R3. `runs delete` names the runs that start from a deleted run's weights given a
 R4. `dlperf runs show 1 --db` (the store left out too) said "--db goes before the command:
     dlperf --db runs show 1", a line that takes "runs" for the store: the missing value is
     named as such (C4's line).
+R5. A study's directory goes with the last of its runs (C3): `_take`, which checks a plan
+    again (one read from the store's meta), removed any directory named study-N under the
+    store's directory, one inside a run's own or the user's included, not only the study's.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from dlperf.store import RunStore
+from dlperf.store.runstore import _take
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_4_store import _closed
 
@@ -144,3 +148,17 @@ def test_an_option_of_dlperf_after_the_command_without_its_value(
     assert said.err == (
         "error: --db goes before the command: dlperf --db DB runs show 1 (or set DLPERF_DB)\n"
     )
+
+
+def test_only_a_studys_own_directory_is_taken_as_one(tmp_path: Path) -> None:
+    root = tmp_path / "dlperf_runs" / "0123abcd"
+    inner, study = root / "mine" / "study-1", root / "study-1"
+    for folder in (inner, study):
+        folder.mkdir(parents=True)
+        (folder / "f.png").write_bytes(b"png")
+    removed: list[str] = []
+    kept: list[tuple[str, str]] = []
+    for target in (inner, study):
+        _take(1, target, root, {root.name}, removed, kept)
+    assert kept == [(str(inner), "a directory the run does not own")] and inner.is_dir()
+    assert removed == [str(study)] and not study.exists()

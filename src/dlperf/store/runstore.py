@@ -1700,6 +1700,12 @@ def _deleting(s: Session) -> dict[int, _Plan]:
 _STUDY_DIR = re.compile(r"study-[0-9]+")  # a study's directory (sweep, distill), `_emptied`
 
 
+def _study_dir(target: Path, root: Path) -> bool:
+    """Whether `target` is a study's directory `root/study-<id>/`, not one of that name
+    elsewhere under the store's directory `root` (in a run's own, or the user's)."""
+    return target.parent == root and _STUDY_DIR.fullmatch(target.name) is not None
+
+
 def _emptied(s: Session, gone: Sequence[int]) -> dict[int, int]:
     """The studies that a delete of the runs `gone` leaves without a run, each with the last
     of its runs deleted: the study's directory `study-<id>/` goes with it (sweep's and
@@ -1731,7 +1737,7 @@ def _take(
     try:
         if target.is_symlink() or target.is_file():
             target.unlink()
-        elif target.is_dir() and (target == own or _STUDY_DIR.fullmatch(target.name)):
+        elif target.is_dir() and (target == own or _study_dir(target, root)):
             shutil.rmtree(target)
         elif target.is_dir():
             kept.append((str(target), "a directory the run does not own"))
