@@ -16,6 +16,8 @@ took any max_wait_ms, 1e20 included (a lone request never answered).
 C4: under a C locale with UTF-8 mode off (PYTHONUTF8=0, -X utf8=0) Python reads every byte over
 127 of an argument as a surrogate escape: a UTF-8 name (`--db dé/sté.db`, `--set
 run.name=café`) was refused as "not UTF-8" and told to rename the file, which cannot help.
+C5: `converge fit RUN --y COL` (or --x) fitted val/loss without a word, --y and --x being CSV
+columns; `--csv FILE --key K` likewise ignored --key.
 
 A real server on 127.0.0.1 (`dlperf serve`'s, uvicorn in a thread), raw sockets as the clients.
 C1's stop comes as after SIGCONT: the loop stands still while the requests arrive and the stop
@@ -239,3 +241,33 @@ def test_a_utf8_name_read_as_ascii_is_told_to_change_the_locale_not_the_name() -
     with pytest.raises(UserError) as latin1:  # bytes that are not UTF-8: renamed, as before
         check_utf8_name("run store", "caf\udce9.db")
     assert latin1.value.hint == "rename the file or folder so that its name is UTF-8"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["1", "--y", "train_loss"],
+            "error: converge.y (--y) names a CSV column, and stored runs were given (a stored "
+            "run's metric is converge.key, e.g. --key train/loss)\n",
+        ),
+        (
+            ["1", "--x", "epoch", "--key", "val/loss"],
+            "error: converge.x (--x) names a CSV column, and stored runs were given (a stored "
+            "run's metric is converge.key, e.g. --key train/loss)\n",
+        ),
+        (
+            ["--csv", "{csv}", "--y", "m", "--key", "train/loss"],
+            "error: converge.key (--key) names a stored run's metric, and --csv was given (a CSV "
+            "file's metric is its column, converge.y, e.g. --y m)\n",
+        ),
+    ],
+    ids=["run with --y", "run with --x", "csv with --key"],
+)
+def test_converge_refuses_the_other_sources_options(
+    cli: Cli, tmp_path: Path, args: list[str], said: str
+) -> None:
+    csv = tmp_path / "c.csv"
+    csv.write_text("step,m\n1,2.0\n2,1.2\n3,0.9\n4,0.7\n5,0.6\n")
+    r = cli("converge", "fit", *[a.format(csv=csv) for a in args])
+    assert (r.code, r.out, r.err) == (2, "", said)

@@ -55,9 +55,20 @@ def load_curves(
     if bool(run_ids) == (csv is not None):
         raise UserError("give RUN_ID ... or --csv FILE (not both)")
     if csv is not None:
+        if opts.key is not None:  # it was ignored: a fit of another metric than the one named
+            raise UserError(
+                "converge.key (--key) names a stored run's metric, and --csv was given",
+                f"a CSV file's metric is its column, converge.y, e.g. --y {opts.y or 'metric'}",
+            )
         if opts.y is None:
             raise UserError("--csv needs converge.y, the column of the metric", "e.g. --y metric")
         return [curve.from_csv(csv, opts.x, opts.y)]
+    for column in ("y", "x"):  # ignored likewise: val/loss was fitted, by step
+        if getattr(opts, column) is not None:
+            raise UserError(
+                f"converge.{column} (--{column}) names a CSV column, and stored runs were given",
+                "a stored run's metric is converge.key, e.g. --key train/loss",
+            )
     store = open_store()
     return [curve.from_run(store, i, opts.metric, opts.key) for i in run_ids]
 
