@@ -19,6 +19,8 @@ R4. `dlperf runs show 1 --db` (the store left out too) said "--db goes before th
 R5. A study's directory goes with the last of its runs (C3): `_take`, which checks a plan
     again (one read from the store's meta), removed any directory named study-N under the
     store's directory, one inside a run's own or the user's included, not only the study's.
+    And a study's directory kept for the npz a run outside the study trains on stayed, with
+    its figures, once that run went too: it goes with that file when no run of it is left.
 """
 
 from __future__ import annotations
@@ -162,3 +164,22 @@ def test_only_a_studys_own_directory_is_taken_as_one(tmp_path: Path) -> None:
         _take(1, target, root, {root.name}, removed, kept)
     assert kept == [(str(inner), "a directory the run does not own")] and inner.is_dir()
     assert removed == [str(study)] and not study.exists()
+
+
+def test_a_studys_directory_kept_for_a_file_goes_with_that_file(tmp_path: Path) -> None:
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    study = store.create_study("d", "distill")
+    config = {"run": {"out_dir": str(tmp_path / "dlperf_runs")}}
+    select = store.create_run("d-select-k10", "select", config, study_id=study)
+    folder = store.artifact_dir(tmp_path / "dlperf_runs") / f"study-{study}"
+    folder.mkdir(parents=True)
+    (folder / "distill.png").write_bytes(b"png")
+    pseudo = folder / "pseudo-0.npz"
+    pseudo.write_bytes(b"images")
+    store.add_artifact(select, "pseudo-labels", pseudo)
+    user = store.create_run("mine", "run", {**config, "data": {"root": str(pseudo)}})
+    for run_id in (select, user):
+        store.finish_run(run_id)
+    assert store.delete_runs([select]).removed == [] and pseudo.is_file()
+    assert store.delete_runs([user]).removed == [str(folder)] and not folder.exists()
+    _closed(store)

@@ -1717,6 +1717,17 @@ def _emptied(s: Session, gone: Sequence[int]) -> dict[int, int]:
     return {study: run_id for study, run_id in last.items() if study not in left}
 
 
+def _study_over(s: Session, folder: Path, gone: Sequence[int], keeping: list[Path]) -> bool:
+    """Whether the study directory `folder` (`_study_dir`) is done with: its study has no run
+    left once the runs `gone` are deleted, and no file in it is kept. A folder of that name
+    that is no stored study's is not."""
+    study = int(folder.name.removeprefix("study-"))
+    if any(k.is_relative_to(folder) for k in keeping) or not _storable(s, study):
+        return False
+    left = select(Run.id).where(Run.study_id == study, Run.id.not_in(gone)).limit(1)
+    return s.get(Study, study) is not None and s.scalar(left) is None
+
+
 def _take(
     run_id: int,
     target: Path,
@@ -2694,6 +2705,13 @@ class RunStore:
                     (target, root) for target, root in plan.remove[planned:]
                     if not any(k.is_relative_to(target) for k in keeping)
                 ]  # fmt: skip
+            # One kept before for a file in it (the npz a run outside the study trained on)
+            # goes with that file, when no run of its study is left.
+            for plan in plans.values():
+                for n, (target, root) in enumerate(plan.remove):
+                    folder = Path(target).parent
+                    if _study_dir(folder, Path(root)) and _study_over(s, folder, gone, keeping):
+                        plan.remove[n] = (str(folder), root)
             for table in (Tag, Metric, Artifact):
                 s.execute(delete(table).where(table.run_id.in_(gone)))
             s.execute(delete(Run).where(Run.id.in_(gone)))
