@@ -3,6 +3,7 @@ progress, warnings and errors to stderr; no colour off a terminal or with NO_COL
 
 from __future__ import annotations
 
+import codecs
 import functools
 import io
 import json
@@ -47,10 +48,21 @@ if sys.stdout is None:
     sys.stdout = _held_open(1)
 if sys.stderr is None:
     sys.stderr = _held_open(2)
+
+
+def _raises_on_lacking(stream: io.TextIOWrapper) -> bool:
+    """Whether writing a character `stream`'s encoding lacks raises UnicodeEncodeError: under
+    "strict", and under "surrogateescape" unless the encoding is UTF-8 (a C locale with UTF-8
+    mode off, PYTHONUTF8=0, gives ASCII with it; with UTF-8 it only writes a file name's
+    undecodable bytes back, and is kept)."""
+    utf8 = codecs.lookup(stream.encoding).name == "utf-8"
+    return stream.errors == "strict" or (stream.errors == "surrogateescape" and not utf8)
+
+
 # A character the encoding lacks (PYTHONIOENCODING=ascii: runs compare's Δ, a run's name) is
 # written as an escape, as on stderr, not raised as UnicodeEncodeError; ascii:replace stays.
 _made = sys.stdout  # as Python made it: a test's capture is left as it is
-if _made is sys.__stdout__ and isinstance(_made, io.TextIOWrapper) and _made.errors == "strict":
+if _made is sys.__stdout__ and isinstance(_made, io.TextIOWrapper) and _raises_on_lacking(_made):
     _made.reconfigure(errors="backslashreplace")
 
 
