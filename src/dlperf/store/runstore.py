@@ -2694,24 +2694,7 @@ class RunStore:
             )
             for run_id, _, config in owners:
                 self._plan_run_dir(run_id, config, mine, plans[run_id])
-            keeping = [Path(p) for plan in plans.values() for p, _ in plan.kept]
-            configs = {i: c for i, _, c in owners}
-            for study_id, run_id in _emptied(s, gone).items():
-                # Its figures (sweep, distill) and distill's npz, recorded or not; not while
-                # a file in it is kept (another run trains on the npz).
-                plan, planned = plans[run_id], len(plans[run_id].remove)
-                self._plan_run_dir(run_id, configs[run_id], mine, plan, f"study-{study_id}")
-                plan.remove[planned:] = [
-                    (target, root) for target, root in plan.remove[planned:]
-                    if not any(k.is_relative_to(target) for k in keeping)
-                ]  # fmt: skip
-            # One kept before for a file in it (the npz a run outside the study trained on)
-            # goes with that file, when no run of its study is left.
-            for plan in plans.values():
-                for n, (target, root) in enumerate(plan.remove):
-                    folder = Path(target).parent
-                    if _study_dir(folder, Path(root)) and _study_over(s, folder, gone, keeping):
-                        plan.remove[n] = (str(folder), root)
+            self._plan_studies(s, gone, {i: c for i, _, c in owners}, mine, plans)
             for table in (Tag, Metric, Artifact):
                 s.execute(delete(table).where(table.run_id.in_(gone)))
             s.execute(delete(Run).where(Run.id.in_(gone)))
@@ -2743,6 +2726,33 @@ class RunStore:
         me = _owner(this_process())
         with Session(self.engine) as s:
             return {i for i, plan in _deleting(s).items() if plan.cut_short(me, force)}
+
+    def _plan_studies(
+        self,
+        s: Session,
+        gone: Sequence[int],
+        configs: dict[int, Any],
+        mine: set[str],
+        plans: dict[int, _Plan],
+    ) -> None:
+        """The directories `study-<id>/` of the studies a delete of the runs `gone` leaves
+        without a run (`_emptied`), each with the plan of its last run, found as a run's own
+        directory is: their figures (sweep, distill) and distill's npz, recorded or not; not
+        while a file in one is kept (a run outside the study trains on the npz). One kept so
+        before goes with that file, once it is removed (`_study_over`)."""
+        keeping = [Path(p) for plan in plans.values() for p, _ in plan.kept]
+        for study_id, run_id in _emptied(s, gone).items():
+            plan, planned = plans[run_id], len(plans[run_id].remove)
+            self._plan_run_dir(run_id, configs[run_id], mine, plan, f"study-{study_id}")
+            plan.remove[planned:] = [
+                (target, root) for target, root in plan.remove[planned:]
+                if not any(k.is_relative_to(target) for k in keeping)
+            ]  # fmt: skip
+        for plan in plans.values():
+            for n, (target, root) in enumerate(plan.remove):
+                folder = Path(target).parent
+                if _study_dir(folder, Path(root)) and _study_over(s, folder, gone, keeping):
+                    plan.remove[n] = (str(folder), root)
 
     def _plan_run_dir(
         self, run_id: int, config: Any, mine: set[str], plan: _Plan, directory: str = ""
