@@ -4,6 +4,9 @@ C4's family: under a C locale with UTF-8 mode off (PYTHONUTF8=0, -X utf8=0) Pyth
 ASCII with the surrogateescape handler, which raises on a character ASCII lacks as "strict"
 does: every table holding one (a run named café, runs compare's Δ) ended in a
 UnicodeEncodeError traceback. Only "strict" was made to escape (round 18's PYTHONIOENCODING=ascii).
+C5's family: `converge regress` takes run IDs and CSV sources together, and kept ignoring
+--key when every source was a CSV file, and --x/--y when every one was a run, as fit and
+predict did before C5's fix: the curve fitted was not the one named.
 """
 
 from __future__ import annotations
@@ -11,8 +14,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
 
 
 @pytest.mark.parametrize(
@@ -36,3 +45,48 @@ def test_stdout_in_a_c_locale_escapes_only_what_its_encoding_lacks(
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, written, b"")
+
+
+@pytest.mark.parametrize(
+    ("sources", "given", "said"),
+    [
+        (
+            ["{a}:depth=20", "{b}:depth=56"],
+            ["--y", "m", "--key", "train/loss"],
+            "error: converge.key (--key) names a stored run's metric, and only CSV sources were "
+            "given (a CSV file's metric is its column, converge.y, e.g. --y m)\n",
+        ),
+        (
+            ["1", "2"],
+            ["--y", "m"],
+            "error: converge.y (--y) names a CSV column, and only stored runs were given (a "
+            "stored run's metric is converge.key, e.g. --key train/loss)\n",
+        ),
+    ],
+    ids=["csv sources with --key", "runs with --y"],
+)
+def test_converge_regress_refuses_an_option_no_source_reads(
+    cli: Cli, tmp_path: Path, sources: list[str], given: list[str], said: str
+) -> None:
+    for name in "ab":
+        (tmp_path / f"{name}.csv").write_text("step,m\n1,2.0\n2,1.2\n3,0.9\n4,0.7\n5,0.6\n")
+    named = [s.format(a=tmp_path / "a.csv", b=tmp_path / "b.csv") for s in sources]
+    r = cli("converge", "regress", *named, "--features", "depth", *given)
+    assert (r.code, r.out, r.err) == (2, "", said)
+
+
+def test_converge_regress_of_csv_sources_compared_with_a_run_reads_y_and_key(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The sources CSV files, --compare a stored run: --y is the files', --key the run's, and
+    neither is refused (the store is empty: the run is then missing, after the fits)."""
+    for depth in (20, 56):
+        rows = "".join(f"{step},{2.0 / step + depth / 1000}\n" for step in range(1, 6))
+        (tmp_path / f"{depth}.csv").write_text("step,m\n" + rows)
+    sources = [f"{tmp_path / f'{depth}.csv'}:depth={depth}" for depth in (20, 56)]
+    r = cli(
+        "converge", "regress", *sources, "--features", "depth", "--y", "m", "--key",
+        "train/loss", "--predict", "depth=40", "--compare", "1",
+    )  # fmt: skip
+    assert (r.code, r.out) == (2, ""), r.err
+    assert r.err.startswith("error: no run 1: run store "), r.err

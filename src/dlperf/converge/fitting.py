@@ -55,22 +55,33 @@ def load_curves(
     if bool(run_ids) == (csv is not None):
         raise UserError("give RUN_ID ... or --csv FILE (not both)")
     if csv is not None:
-        if opts.key is not None:  # it was ignored: a fit of another metric than the one named
-            raise UserError(
-                "converge.key (--key) names a stored run's metric, and --csv was given",
-                f"a CSV file's metric is its column, converge.y, e.g. --y {opts.y or 'metric'}",
-            )
+        _refuse_unread(opts, False, "--csv was given")
         if opts.y is None:
             raise UserError("--csv needs converge.y, the column of the metric", "e.g. --y metric")
         return [curve.from_csv(csv, opts.x, opts.y)]
-    for column in ("y", "x"):  # ignored likewise: val/loss was fitted, by step
-        if getattr(opts, column) is not None:
-            raise UserError(
-                f"converge.{column} (--{column}) names a CSV column, and stored runs were given",
-                "a stored run's metric is converge.key, e.g. --key train/loss",
-            )
+    _refuse_unread(opts, True, "stored runs were given")
     store = open_store()
     return [curve.from_run(store, i, opts.metric, opts.key) for i in run_ids]
+
+
+def _refuse_unread(opts: CurveOptions, runs: bool, given: str) -> None:
+    """Refuse the curve options that sources of one kind, stored runs (`runs`) or CSV files,
+    do not read, `given` saying how they came: converge.key is a stored run's metric, x and y
+    a CSV file's columns. Each was ignored without a word, and another curve fitted than the
+    one named (val/loss by step, or the CSV's column)."""
+    if not runs:
+        if opts.key is not None:
+            raise UserError(
+                f"converge.key (--key) names a stored run's metric, and {given}",
+                f"a CSV file's metric is its column, converge.y, e.g. --y {opts.y or 'metric'}",
+            )
+        return
+    for column in ("y", "x"):
+        if getattr(opts, column) is not None:
+            raise UserError(
+                f"converge.{column} (--{column}) names a CSV column, and {given}",
+                "a stored run's metric is converge.key, e.g. --key train/loss",
+            )
 
 
 def _untrusted(label: str, form: str, fit: CurveFit) -> list[str]:
@@ -604,6 +615,11 @@ def regress(
         raise UserError("--compare needs --predict (the configuration of the compared run)")
     if compare is not None:
         _held_out(compare, sources)
+    kinds = {source.isdigit() for source in [*sources, *([compare] if compare else [])]}
+    if len(kinds) == 1:  # runs and CSV files together read both kinds of options
+        of_runs = kinds.pop()
+        only = "stored runs" if of_runs else "CSV sources"
+        _refuse_unread(opts, of_runs, f"only {only} were given")
     found = regress_sources(sources, features, opts, open_store)
     warnings, betas, windows = [], [], []
     for c, _ in found:
