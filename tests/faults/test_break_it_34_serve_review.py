@@ -4,6 +4,8 @@ C4's family: under a C locale with UTF-8 mode off (PYTHONUTF8=0, -X utf8=0) Pyth
 ASCII with the surrogateescape handler, which raises on a character ASCII lacks as "strict"
 does: every table holding one (a run named café, runs compare's Δ) ended in a
 UnicodeEncodeError traceback. Only "strict" was made to escape (round 18's PYTHONIOENCODING=ascii).
+And `runs tag 1 note=café` there said the value "holds a control character or a byte that is
+not UTF-8 (give printable text)", as a name was told to be renamed before C4's fix.
 C5's family: `converge regress` takes run IDs and CSV sources together, and kept ignoring
 --key when every source was a CSV file, and --x/--y when every one was a run, as fit and
 predict did before C5's fix: the curve fitted was not the one named.
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.errors import UserError
+from dlperf.store.query import tag_changes
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -45,6 +49,19 @@ def test_stdout_in_a_c_locale_escapes_only_what_its_encoding_lacks(
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, written, b"")
+
+
+def test_a_utf8_tag_value_read_as_ascii_is_told_to_change_the_locale() -> None:
+    with pytest.raises(UserError) as refused:
+        tag_changes(["note=caf\udcc3\udca9"])  # café's UTF-8 bytes, as Python reads them there
+    assert (refused.value.message, refused.value.hint) == (
+        "runs tag note: the value is UTF-8, but Python read it as ASCII: 'café'",
+        "Python reads names as ASCII in a C or POSIX locale with UTF-8 mode off: run with "
+        "PYTHONUTF8=1 or LC_ALL=C.UTF-8",
+    )
+    with pytest.raises(UserError, match="not UTF-8") as latin1:  # bytes that are not UTF-8
+        tag_changes(["note=caf\udce9"])
+    assert latin1.value.hint == "give printable text"
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,8 @@ class Section(BaseModel):
 # The error type of a string that cannot be written as UTF-8; its message shows the value.
 NOT_UTF8 = "not_utf8"
 _RENAME = "rename the file or folder so that its name is UTF-8"
-_LOCALE = (
+# What to do about text that `read_as_ascii`: change the locale, not the text.
+LOCALE_FIX = (
     "Python reads names as ASCII in a C or POSIX locale with UTF-8 mode off: run with "
     "PYTHONUTF8=1 or LC_ALL=C.UTF-8"
 )
@@ -89,14 +90,21 @@ def check_utf8_name(what: str, name: str | PurePath) -> None:
 
 
 def _refusal(text: str) -> tuple[str, str]:
-    """What is said of `text`, which cannot be written as UTF-8, and what to do about it. Its
-    bytes may be UTF-8 all the same: Python read them as ASCII (a C or POSIX locale with UTF-8
-    mode off: PYTHONUTF8=0, -X utf8=0), each byte over 127 escaped, and renaming cannot help."""
+    """What is said of `text`, which cannot be written as UTF-8, and what to do about it."""
+    if read_as_ascii(text):
+        return f"is UTF-8, but Python read it as ASCII: '{_escaped(text)}'", LOCALE_FIX
+    return f"is not UTF-8: '{_escaped(text)}'", _RENAME
+
+
+def read_as_ascii(text: str) -> bool:
+    """Whether `text`, which cannot be written as UTF-8 (its surrogate escapes), is UTF-8 all the
+    same: bytes Python read as ASCII (a C or POSIX locale with UTF-8 mode off: PYTHONUTF8=0,
+    -X utf8=0), each byte over 127 escaped. Renaming or retyping cannot help (LOCALE_FIX)."""
     try:
         text.encode("utf-8", "surrogateescape").decode("utf-8")
     except (UnicodeEncodeError, UnicodeDecodeError):  # a lone surrogate, or bytes not UTF-8
-        return f"is not UTF-8: '{_escaped(text)}'", _RENAME
-    return f"is UTF-8, but Python read it as ASCII: '{_escaped(text)}'", _LOCALE
+        return False
+    return True
 
 
 def _not_utf8(value: Any, at: str) -> tuple[str, str] | None:

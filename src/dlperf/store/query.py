@@ -890,7 +890,17 @@ def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
             )
         # An escape sequence would reach every terminal that lists the run; an undecodable
         # byte (a surrogate here) cannot be stored at all. The check a run's name has.
-        if has_control(value) or any("\ud800" <= c <= "\udfff" for c in value):
+        undecodable = any("\ud800" <= c <= "\udfff" for c in value)
+        if undecodable:
+            from dlperf.config.base import LOCALE_FIX, read_as_ascii  # pydantic's import
+
+            if read_as_ascii(value):  # a C locale's doing: retyping the value cannot help
+                shown = value.encode("utf-8", "surrogateescape").decode("utf-8")
+                raise UserError(
+                    f"runs tag {key}: the value is UTF-8, but Python read it as ASCII: {shown!r}",
+                    LOCALE_FIX,
+                )
+        if has_control(value) or undecodable:
             raise UserError(
                 f"runs tag {pair!r}: a tag value holds a control character or a byte that is "
                 "not UTF-8",
