@@ -8,7 +8,9 @@ And `runs tag 1 note=café` there said the value "holds a control character or a
 not UTF-8 (give printable text)", as a name was told to be renamed before C4's fix.
 C5's family: `converge regress` takes run IDs and CSV sources together, and kept ignoring
 --key when every source was a CSV file, and --x/--y when every one was a run, as fit and
-predict did before C5's fix: the curve fitted was not the one named.
+predict did before C5's fix: the curve fitted was not the one named. And `converge fit`'s
+header named the metric (loss) but not the stored key it was read from (val/loss by default,
+--key train/loss), so a fit of one looked like a fit of the other.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import dlperf
 from dlperf.errors import UserError
 from dlperf.store.query import tag_changes
 from tests.conftest import CliResult
@@ -107,3 +110,13 @@ def test_converge_regress_of_csv_sources_compared_with_a_run_reads_y_and_key(
     )  # fmt: skip
     assert (r.code, r.out) == (2, ""), r.err
     assert r.err.startswith("error: no run 1: run store "), r.err
+
+
+@pytest.mark.usefixtures("fewer_bootstrap_fits")
+def test_converge_fit_of_a_run_names_the_key_it_fitted(cli: Cli, db: str) -> None:
+    with dlperf.track("r", store=db) as run:
+        for s in range(1, 21):
+            run.log(s, loss=1 / (0.05 * s + 1) + 0.2)
+    r = cli("converge", "fit", "1", "--key", "train/loss")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0] == "run 1: 20 points to step 20, loss from train/loss"

@@ -40,10 +40,11 @@ def fit_blocks(r: FitReport) -> list[Block]:
     """One curve's fit: each form's coefficients with their intervals, the fit's error on
     the window and on later points, and which form predicts those better."""
     h = r.heldout
+    # A run's stored key named: a fit of train/loss read as one of val/loss (both "loss").
+    fitted = r.metric if r.curve.key is None else f"{r.metric} from {r.curve.key}"
     blocks: list[Block] = [
         Table(
-            f"{r.curve.label}: {r.n_fit} points to step {r.fits['optimus'].last_step:g}, "
-            f"{r.metric}",
+            f"{r.curve.label}: {r.n_fit} points to step {r.fits['optimus'].last_step:g}, {fitted}",
             ["form", "coefficient", "value", "5%", "95%"],
             [
                 [form, name, value, *r.ci[form][name]]
