@@ -15,6 +15,7 @@ header named the metric (loss) but not the stored key it was read from (val/loss
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -120,3 +121,10 @@ def test_converge_fit_of_a_run_names_the_key_it_fitted(cli: Cli, db: str) -> Non
     r = cli("converge", "fit", "1", "--key", "train/loss")
     assert r.code == 0, r.err
     assert r.out.splitlines()[0] == "run 1: 20 points to step 20, loss from train/loss"
+    r = cli("converge", "fit", "1", "--key", "train/loss", "--json")
+    assert r.code == 0, r.err
+    assert {k: json.loads(r.out)[k] for k in ("source", "metric", "key")} == {
+        "source": "run 1",
+        "metric": "loss",
+        "key": "train/loss",
+    }

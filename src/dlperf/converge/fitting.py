@@ -144,6 +144,7 @@ def fit_result(r: FitReport) -> CurveFitResult:
         source=r.curve.label,
         configuration=r.curve.about,
         metric=r.metric,
+        key=r.curve.key,
         form="optimus",
         **optimus.params,
         ci=r.ci["optimus"],

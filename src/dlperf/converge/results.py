@@ -37,6 +37,7 @@ class CurveFitResult(Result):
     source: str
     configuration: dict[str, Any]  # a run's model, depth, device
     metric: str
+    key: str | None  # a run's stored key the curve was read from (None: a CSV file's column)
     form: str  # "optimus": the form of the top-level coefficients
     beta0: float
     beta1: float
