@@ -72,6 +72,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.records",
         "dlperf.shipped",
         "dlperf.stack",
+        "dlperf.std_streams",
         "dlperf.stopping",
         "dlperf.system",
         "dlperf.table",

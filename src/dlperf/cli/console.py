@@ -3,9 +3,7 @@ progress, warnings and errors to stderr; no colour off a terminal or with NO_COL
 
 from __future__ import annotations
 
-import codecs
 import functools
-import io
 import json
 import os
 import shutil
@@ -24,46 +22,14 @@ from rich.text import Text
 
 from dlperf.formatting import as_written, fmt
 from dlperf.parsing import finite_json, one_line
+from dlperf.std_streams import settle_std_streams
 
 if TYPE_CHECKING:
     from dlperf.table import Table as DataTable
 
 
-def _held_open(fd: int) -> TextIO:
-    """A stream for descriptor `fd`, which the command was started without (`dlperf ... >&-`):
-    what is written to it is lost, and the command ends as it would with it open. It is held on
-    /dev/null: a file opened (the run store) taking it got what C code or a child wrote."""
-    try:
-        os.fstat(fd)
-    except OSError:  # closed: taken now, before any file could be
-        null = os.open(os.devnull, os.O_WRONLY)
-        if null != fd:
-            os.dup2(null, fd)
-            os.close(null)
-    return open(os.devnull, "w", encoding="utf-8")
-
-
-# A stream closed at start is None in sys; every print (rich's console too) would fail on it.
-if sys.stdout is None:
-    sys.stdout = _held_open(1)
-if sys.stderr is None:
-    sys.stderr = _held_open(2)
-
-
-def _raises_on_lacking(stream: io.TextIOWrapper) -> bool:
-    """Whether writing a character `stream`'s encoding lacks raises UnicodeEncodeError: under
-    "strict", and under "surrogateescape" unless the encoding is UTF-8 (a C locale with UTF-8
-    mode off, PYTHONUTF8=0, gives ASCII with it; with UTF-8 it only writes a file name's
-    undecodable bytes back, and is kept)."""
-    utf8 = codecs.lookup(stream.encoding).name == "utf-8"
-    return stream.errors == "strict" or (stream.errors == "surrogateescape" and not utf8)
-
-
-# A character the encoding lacks (PYTHONIOENCODING=ascii: runs compare's Δ, a run's name) is
-# written as an escape, as on stderr, not raised as UnicodeEncodeError; ascii:replace stays.
-_made = sys.stdout  # as Python made it: a test's capture is left as it is
-if _made is sys.__stdout__ and isinstance(_made, io.TextIOWrapper) and _raises_on_lacking(_made):
-    _made.reconfigure(errors="backslashreplace")
+# Streams closed at start, and stdout's errors where its encoding lacks a character.
+settle_std_streams()
 
 
 def _line_width(stream: Any) -> int | None:

@@ -1,0 +1,48 @@
+"""The standard streams as a command finds them: closed at start (`dlperf ... >&-`) or in an
+encoding that lacks characters dlperf prints (`PYTHONIOENCODING=ascii`, a C locale with UTF-8
+mode off). `settle_std_streams` makes both writable before anything is printed."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import sys
+from typing import TextIO
+
+
+def _held_open(fd: int) -> TextIO:
+    """A stream for descriptor `fd`, which the command was started without (`dlperf ... >&-`):
+    what is written to it is lost, and the command ends as it would with it open. It is held on
+    /dev/null: a file opened (the run store) taking it got what C code or a child wrote."""
+    try:
+        os.fstat(fd)
+    except OSError:  # closed: taken now, before any file could be
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    return open(os.devnull, "w", encoding="utf-8")
+
+
+def _raises_on_lacking(stream: io.TextIOWrapper) -> bool:
+    """Whether writing a character `stream`'s encoding lacks raises UnicodeEncodeError: under
+    "strict", and under "surrogateescape" unless the encoding is UTF-8 (a C locale with UTF-8
+    mode off, PYTHONUTF8=0, gives ASCII with it; with UTF-8 it only writes a file name's
+    undecodable bytes back, and is kept)."""
+    utf8 = codecs.lookup(stream.encoding).name == "utf-8"
+    return stream.errors == "strict" or (stream.errors == "surrogateescape" and not utf8)
+
+
+def settle_std_streams() -> None:
+    """A stream closed at start is None in sys, and every print (rich's console too) would fail
+    on it: it is held on /dev/null. A character stdout's encoding lacks (runs compare's Δ, a
+    run's name under PYTHONIOENCODING=ascii) is written as an escape, as on stderr, not raised
+    as UnicodeEncodeError; ascii:replace stays. A test's capture is left as it is."""
+    if sys.stdout is None:
+        sys.stdout = _held_open(1)
+    if sys.stderr is None:
+        sys.stderr = _held_open(2)
+    made = sys.stdout
+    if made is sys.__stdout__ and isinstance(made, io.TextIOWrapper) and _raises_on_lacking(made):
+        made.reconfigure(errors="backslashreplace")
