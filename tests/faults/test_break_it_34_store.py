@@ -65,13 +65,25 @@ def test_a_project_moved_whole_reads_its_runs_files_where_they_are_now(tmp_path:
         _closed(moved)
 
 
-def test_a_file_another_runs_config_trains_on_is_kept(store_url: str, tmp_path: Path) -> None:
-    store = RunStore.open(store_url)
-    pseudo = store.artifact_dir(tmp_path / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
+def pseudo_labels(store: RunStore, runs_dir: Path) -> Path:
+    """A distill study's pseudo-labelled npz, where its select stage writes it."""
+    pseudo = store.artifact_dir(runs_dir) / "study-1" / "pseudo-0123.npz"
     pseudo.parent.mkdir(parents=True)
     pseudo.write_bytes(b"images")
+    return pseudo
+
+
+def selected(store: RunStore, runs_dir: Path) -> tuple[Path, int]:
+    """The npz and the select run that records it."""
+    pseudo = pseudo_labels(store, runs_dir)
     select = store.create_run("d-select-k10", "select", {"top_k": 10})
     store.add_artifact(select, "pseudo-labels", pseudo)
+    return pseudo, select
+
+
+def test_a_file_another_runs_config_trains_on_is_kept(store_url: str, tmp_path: Path) -> None:
+    store = RunStore.open(store_url)
+    pseudo, select = selected(store, tmp_path / "dlperf_runs")
     pretrain = store.create_run("d-pretrain-k10", "run", {"data": {"root": str(pseudo)}})
     for run_id in (select, pretrain):
         store.finish_run(run_id)

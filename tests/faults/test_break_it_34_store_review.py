@@ -37,15 +37,12 @@ from dlperf.store import RunStore
 from dlperf.store.runstore import _take
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_4_store import _closed
+from tests.faults.test_break_it_34_store import pseudo_labels, selected
 
 
 def test_a_file_kept_for_the_run_that_trains_on_it_goes_with_that_run(tmp_path: Path) -> None:
     store = RunStore.open(str(tmp_path / "dlperf.db"))
-    pseudo = store.artifact_dir(tmp_path / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
-    pseudo.parent.mkdir(parents=True)
-    pseudo.write_bytes(b"images")
-    select = store.create_run("d-select-k10", "select", {"top_k": 10})
-    store.add_artifact(select, "pseudo-labels", pseudo)
+    pseudo, select = selected(store, tmp_path / "dlperf_runs")
     config = {"data": {"root": str(pseudo)}}
     pretrain, other = (store.create_run(n, "run", config) for n in ("d-pretrain-k10", "again"))
     for run_id in (select, pretrain, other):
@@ -68,11 +65,7 @@ def test_a_delete_meanwhile_of_the_run_a_kept_file_is_kept_for(
     postgres_url: str, tmp_path: Path
 ) -> None:
     store = RunStore.open(postgres_url)
-    pseudo = store.artifact_dir(tmp_path / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
-    pseudo.parent.mkdir(parents=True)
-    pseudo.write_bytes(b"images")
-    select = store.create_run("d-select-k10", "select", {"top_k": 10})
-    store.add_artifact(select, "pseudo-labels", pseudo)
+    pseudo, select = selected(store, tmp_path / "dlperf_runs")
     pretrain = store.create_run("d-pretrain-k10", "run", {"data": {"root": str(pseudo)}})
     for run_id in (select, pretrain):
         store.finish_run(run_id)
@@ -108,9 +101,7 @@ def test_a_project_moved_whole_reads_its_runs_data_root_where_it_is_now(tmp_path
     old, new = tmp_path / "w", tmp_path / "w2"
     old.mkdir()
     store = RunStore.open(str(old / "dlperf.db"))
-    pseudo = store.artifact_dir(old / "dlperf_runs") / "study-1" / "pseudo-0123.npz"
-    pseudo.parent.mkdir(parents=True)
-    pseudo.write_bytes(b"images")
+    pseudo = pseudo_labels(store, old / "dlperf_runs")
     pretrain = store.create_run("d-pretrain-k10", "run", {"data": {"root": str(pseudo)}})
     elsewhere = store.create_run("r", "run", {"data": {"root": str(tmp_path / "gone.npz")}})
     _closed(store)
