@@ -44,15 +44,19 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @contextmanager
-def serving(app: FastAPI, read_timeout_s: float, max_connections: int) -> Iterator[
-    tuple[str, uvicorn.Server]
-]:  # fmt: skip
-    """`app` served as `dlperf serve` serves it, on a free 127.0.0.1 port, from a thread."""
+def serving(
+    app: FastAPI,
+    read_timeout_s: float,
+    max_connections: int,
+    server_of: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
+) -> Iterator[tuple[str, uvicorn.Server]]:
+    """`app` served as `dlperf serve` serves it, on a free 127.0.0.1 port, from a thread, by
+    uvicorn's server or `server_of` (dlperf serve's draining one)."""
     sock = _listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn_config(app, read_timeout_s, max_connections))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # before the server takes the socket over
+    server = server_of(uvicorn_config(app, read_timeout_s, max_connections))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
         wait_ready(url, EVENT_S)
         yield url, server

@@ -95,16 +95,7 @@ def test_a_request_that_arrived_during_a_pause_longer_than_the_read_timeout_is_s
         )
         wait_for(lambda: bool(server_tasks(server)), "the request's headers to be read")
         loop = next(iter(server_tasks(server))).get_loop()
-        stalled, resume = threading.Event(), threading.Event()
-
-        def stall() -> None:
-            stalled.set()
-            resume.wait(EVENT_S)
-
-        interrupted = Interrupted(loop._selector)  # type: ignore[attr-defined]
-        loop._selector.select = interrupted  # type: ignore[attr-defined]
-        loop.call_soon_threadsafe(stall)
-        assert stalled.wait(EVENT_S)
+        interrupted, resume = stand_still(loop)
         c.sendall(image)  # the whole request is in, while the loop stands still
         started = time.monotonic()
         while time.monotonic() - started < 2 * READ_TIMEOUT_S:  # the pause: the deadline passes
@@ -114,6 +105,22 @@ def test_a_request_that_arrived_during_a_pause_longer_than_the_read_timeout_is_s
         status, _, body = answer(read_response(c))
     assert status == 200, body
     assert body["predictions"], body
+
+
+def stand_still(loop: asyncio.AbstractEventLoop) -> tuple[Interrupted, threading.Event]:
+    """The server's event loop held still, as a stopped process's is, until `resume` is set;
+    then its next select is interrupted once `interrupted.armed` (as SIGCONT's EINTR does)."""
+    stalled, resume = threading.Event(), threading.Event()
+
+    def stall() -> None:
+        stalled.set()
+        resume.wait(EVENT_S)
+
+    interrupted = Interrupted(loop._selector)  # type: ignore[attr-defined]
+    loop._selector.select = interrupted  # type: ignore[attr-defined]
+    loop.call_soon_threadsafe(stall)
+    assert stalled.wait(EVENT_S)
+    return interrupted, resume
 
 
 def server_tasks(server: uvicorn.Server) -> set[asyncio.Task[None]]:

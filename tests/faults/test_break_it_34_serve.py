@@ -37,18 +37,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
 import dlperf.deploy.server as server_module
 from dlperf import stopping
-from dlperf.cli.serve import _listen
 from dlperf.config.base import Section, check_utf8_name
 from dlperf.deploy import loadgen
-from dlperf.deploy.server import _DrainingServer, create_app, uvicorn_config
+from dlperf.deploy.server import _DrainingServer, create_app
 from dlperf.errors import UserError
 from tests.conftest import CliResult
-from tests.deploy.test_server import infer_body, reference, tiny_classifier, wait_ready
+from tests.deploy.test_server import infer_body, reference, tiny_classifier
 from tests.deploy.test_server_limits import (
     EVENT_S,
     SLOW_BODY,
@@ -60,7 +60,7 @@ from tests.deploy.test_server_limits import (
     serving,
     wait_for,
 )
-from tests.faults.test_break_it_26_serve import Interrupted
+from tests.faults.test_break_it_26_serve import stand_still
 
 Cli = Callable[..., CliResult]
 # How often uvicorn's main loop looks for a stop asked (its `asyncio.sleep(0.1)`).
@@ -73,24 +73,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def draining(
-    app: FastAPI, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[str, _DrainingServer]]:
+def draining(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, uvicorn.Server]]:
     """`app` served by `dlperf serve`'s server from a thread (which takes no signals)."""
     monkeypatch.setattr(stopping, "taken", list)
-    sock = _listen("127.0.0.1", 0)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # before the server takes the socket over
-    server = _DrainingServer(uvicorn_config(app, 600.0, 32), app.state.batcher)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_ready(url, EVENT_S)
-        yield url, server
-    finally:
-        server.should_exit = True
-        thread.join(timeout=EVENT_S)
-        sock.close()
-    assert not thread.is_alive(), "server thread did not stop"
+    with serving(app, 600.0, 32, lambda c: _DrainingServer(c, app.state.batcher)) as served:
+        yield served
 
 
 def infer_request(x: np.ndarray) -> bytes:
@@ -120,16 +107,7 @@ def test_whole_requests_unread_when_the_stop_comes_are_served(
         connections = server.server_state.connections
         wait_for(lambda: len(connections) == 7, "the server to accept every connection")
         loop = server.servers[0].get_loop()
-        stalled, resume = threading.Event(), threading.Event()
-
-        def stall() -> None:
-            stalled.set()
-            resume.wait(EVENT_S)
-
-        interrupted = Interrupted(loop._selector)  # type: ignore[attr-defined]
-        loop._selector.select = interrupted  # type: ignore[attr-defined]
-        loop.call_soon_threadsafe(stall)
-        assert stalled.wait(EVENT_S)
+        interrupted, resume = stand_still(loop)
         started = time.monotonic()
         for c in idle + new:
             c.sendall(request)
