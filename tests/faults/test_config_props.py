@@ -124,7 +124,7 @@ NUMERIC = {
     "scale.memory_cap_gb": Range(float, 0, low_open=True),
     "serve.port": Range(int, 0, 65535, high_open=False),
     "serve.max_batch": Range(int, 1, INT),
-    "serve.max_wait_ms": Range(float, 0),
+    "serve.max_wait_ms": Range(float, 0, 600_000, high_open=False),
     "serve.queue": Range(int, 1, INT),
     "serve.threads": Range(int, 1, INT),
     "serve.max_body_mb": Range(float, 0, low_open=True),

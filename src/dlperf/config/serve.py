@@ -32,8 +32,8 @@ class ServeConfig(Section):
     max_batch: Count = 32
     """Most rows in one model call (models with a dynamic batch dimension)."""
     # A minute at most: a lone request waits this long for company, and 1e20 left it unanswered.
-    max_wait_ms: Annotated[float, Field(ge=0, le=60_000)] = 5.0
-    """How long the first request of a batch waits for company (at most 60,000: a minute)."""
+    max_wait_ms: Annotated[float, Field(ge=0, le=600_000)] = 5.0
+    """How long the first request of a batch waits for company (at most 600,000: ten minutes)."""
     queue: Count = 256
     """Waiting requests before the server answers 503."""
     threads: Count | None = None
