@@ -27,6 +27,7 @@ from dlperf.config import DataConfig
 from dlperf.data import load_data
 from dlperf.detect import voc
 from dlperf.errors import UserError
+from tests.faults.test_break_it_21_data import write_mnist
 
 
 def annotation(tmp_path: Path, xmin: str, ymin: str, xmax: str, ymax: str) -> Path:
@@ -75,30 +76,12 @@ def test_c1_a_zero_based_one_pixel_box_at_the_edge_is_still_read(
     assert box == (0.0, 0.0, 1.0, 1.0)
 
 
-def write_idx(path: Path, array: np.ndarray, order: str, magic: str = ">") -> None:
-    """An idx file of uint8 `array`, its dimensions written in byte `order` ('>' or '<'), its
-    magic number in byte order `magic`."""
-    dims = np.array(array.shape, f"{order}i4").tobytes()
-    path.write_bytes(struct.pack(f"{magic}I", 0x0800 | array.ndim) + dims + array.tobytes())
-
-
-def mnist(root: Path, native: str, magic: str) -> Path:
-    """An MNIST folder in `root` of 40 training and 10 test images, the idx file named
-    `native` with its dimensions little-endian (NumPy's native int32 on x86), its magic number
-    in byte order `magic`; its raw folder."""
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for split, n in (("train", 40), ("t10k", 10)):
-        files = {
-            f"{split}-images-idx3-ubyte": np.zeros((n, 28, 28), np.uint8),
-            f"{split}-labels-idx1-ubyte": np.arange(n, dtype=np.uint8) % 10,
-        }
-        for file, data in files.items():
-            if file == native:
-                write_idx(raw / file, data, "<", magic)
-            else:
-                write_idx(raw / file, data, ">")
-    return raw
+def little_endian(name: str, magic: str) -> bytes:
+    """The idx file `name` of 40 images or labels, its dimensions little-endian (NumPy's native
+    int32 on x86), its magic number in byte order `magic`."""
+    array = np.zeros((40, 28, 28), np.uint8) if "images" in name else np.arange(40) % 10
+    dims = np.array(array.shape, "<i4").tobytes()
+    return struct.pack(f"{magic}I", 0x0800 | array.ndim) + dims + array.astype(np.uint8).tobytes()
 
 
 @pytest.mark.parametrize(
@@ -111,7 +94,7 @@ def mnist(root: Path, native: str, magic: str) -> Path:
 def test_c2_idx_dimensions_written_little_endian_are_said_so(
     tmp_path: Path, name: str, said: str, array: str
 ) -> None:
-    raw = mnist(tmp_path, name, ">")
+    raw = write_mnist(tmp_path, **{name: little_endian(name, ">")})
     with pytest.raises(UserError) as caught:
         load_data(DataConfig(name="mnist", root=str(tmp_path)))
     assert caught.value.message == (
@@ -135,7 +118,7 @@ def test_c2_review_an_idx_header_written_little_endian_whole_is_said_so(
 ) -> None:
     """The whole header in NumPy's native int32 (np.array([2051, n, 28, 28], np.int32)), the
     likelier slip by hand: its magic number was "not an idx file", and the fix a whole copy."""
-    raw = mnist(tmp_path, name, "<")
+    raw = write_mnist(tmp_path, **{name: little_endian(name, "<")})
     with pytest.raises(UserError) as caught:
         load_data(DataConfig(name="mnist", root=str(tmp_path)))
     assert caught.value.message == (
