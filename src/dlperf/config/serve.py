@@ -31,7 +31,7 @@ class ServeConfig(Section):
     """TCP port; 0 = any free port (printed when the server starts)."""
     max_batch: Count = 32
     """Most rows in one model call (models with a dynamic batch dimension)."""
-    # A minute at most: a lone request waits this long for company, and 1e20 left it unanswered.
+    # Bounded: a lone request waits this long for company, and 1e20 left it unanswered.
     max_wait_ms: Annotated[float, Field(ge=0, le=600_000)] = 5.0
     """How long the first request of a batch waits for company (at most 600,000: ten minutes)."""
     queue: Count = 256

@@ -1181,13 +1181,14 @@ def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: 
     unpacks to, so named); a line naming it for anything else."""
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
+    array = "images" if dims == 3 else "labels"  # as a hand-written file's fix names it
     if len(data) < 4 or not _is_idx_magic(magic):
         little = int.from_bytes(data[:4], "little")
         if len(data) >= 4 and _is_idx_magic(little):
             # the whole header in NumPy's native int32 (little-endian on x86), written by hand:
             # whole, and no copy mends it (as dimensions alone written so, below)
             said = f"holds its magic number 0x{magic:08x} (0x{little:08x} read little-endian)"
-            header = f"[0x{little:04x}, *{'images' if dims == 3 else 'labels'}.shape]"
+            header = f"[0x{little:04x}, *{array}.shape]"
             fix = (
                 "write magic number and dimensions big-endian, e.g. "
                 f"numpy.array({header}, '>i4').tobytes()"
@@ -1216,7 +1217,6 @@ def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: 
         swapped = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "little") for i in range(ndim)]
         if len(data) - head == math.prod(swapped):
             said = f"holds its dimensions little-endian ({' x '.join(map(str, swapped))})"
-            array = "images" if dims == 3 else "labels"
             fix = f"write them big-endian, e.g. numpy.array({array}.shape, '>i4').tobytes()"
             raise _broken(cfg, what, path, f"{said}: idx files hold them big-endian", fix)
         said = " x ".join(map(str, shape))

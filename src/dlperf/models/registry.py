@@ -1703,11 +1703,10 @@ def create_model(
 ) -> nn.Module:
     """Build a model by name with its head sized for `num_classes` (None: the factory's own
     default) and stem for `in_channels`; the RNGs seeded with `factory_seed` (when given:
-    `seed_generators`)
-    just before the factory is called (a name no factory's own keyword is likely to have).
-    For a model file that is after its import: a file that seeds torch as it is imported
-    (`torch.manual_seed(0)` at its top, common in scripts) overrode a seed set before, and
-    every run.seed of a sweep started from its weights. It is seeded before the import as
+    `seed_generators`) just before the factory is called (a name no factory's own keyword is
+    likely to have). For a model file that is after its import: a file that seeds torch as it is
+    imported (`torch.manual_seed(0)` at its top, common in scripts) overrode a seed set before,
+    and every run.seed of a sweep started from its weights. It is seeded before the import as
     well: a model the file builds as it is imported (NET = nn.Sequential(...) at its top, the
     factory returning it) drew its weights from wherever torch's RNG stood, and the same
     run.seed gave other weights each time. The file and the modules beside it that it imports
