@@ -53,6 +53,27 @@ def test_the_process_horovodrun_saw_fail_first_is_blamed(tmp_path: Path) -> None
     ]  # fmt: skip
 
 
+def test_a_killed_worker_is_blamed_before_the_peer_horovodrun_saw_exit_first(
+    tmp_path: Path,
+) -> None:
+    """CI, under load: rank 1 SIGKILLed itself, rank 0 lost its peer and exited 1, and
+    horovodrun saw rank 0's exit first."""
+    log = tmp_path / "horovodrun.log"
+    exits = "Process 0 exit with status code 1.\nProcess 1 exit with status code 137.\n"
+    log.write_text(exits + FAILED.format(rank=0, code=1))
+    (tmp_path / "rank-0.error").write_text("Traceback:\nRuntimeError: peer gone\n")
+    assert _error(tmp_path, log, 1) == "Horovod worker rank 1 failed (killed by SIGKILL)"
+    # horovodrun's own SIGTERM to the rest after a failure blames nobody.
+    exits = "Process 0 exit with status code 1.\nProcess 1 exit with status code 143.\n"
+    log.write_text(exits + FAILED.format(rank=0, code=1))
+    assert (
+        _error(tmp_path, log, 1).splitlines()[0] == "Horovod worker rank 0 failed (exit status 1)"
+    )
+    exits = "Process 0 exit with status code 1.\nProcess 1 exit with status code -11.\n"
+    log.write_text(exits + FAILED.format(rank=0, code=1))
+    assert _error(tmp_path, log, 1) == "Horovod worker rank 1 failed (killed by SIGSEGV)"
+
+
 def test_without_horovodruns_account_the_first_traceback_written(tmp_path: Path) -> None:
     log = tmp_path / "horovodrun.log"
     log.write_text("something else\n")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -23,8 +24,16 @@ from dlperf.procs import how
 
 MODULE = "dlperf.distributed.hvd_worker"
 START_TIMEOUT_S = 600  # horovodrun's 30 s is less than TensorFlow's start on a busy host
-# horovodrun's account of a failed job names the first process to exit badly.
-_FIRST = re.compile(r"The first process to do so was:\s*Process name: (\d+)\s*Exit code: (\d+)")
+# horovodrun's account of a failed job names the first process to exit badly, after a line
+# for each process that did.
+_FIRST = re.compile(r"The first process to do so was:\s*Process name: (\d+)\s*Exit code: (-?\d+)")
+_EXITED = re.compile(r"^Process (\d+) exit with status code (-?\d+)\.", re.MULTILINE)
+
+
+def _signal(status: int) -> int | None:
+    """The signal a worker died of, from horovodrun's exit code (negative, or the shell's
+    128 + the signal); None where it exited."""
+    return -status if status < 0 else status - 128 if status > 128 else None
 
 
 def horovodrun() -> str | None:
@@ -35,16 +44,22 @@ def horovodrun() -> str | None:
 
 
 def _error(directory: Path, log: Path, code: int) -> str:
-    """What went wrong, first line a summary: the process horovodrun saw fail first (a killed
-    one is blamed before the peers it took down), with its traceback's tail when it wrote
-    one; else the rank that wrote its traceback first; else horovodrun's own log's tail."""
+    """What went wrong, first line a summary: a worker killed by a signal (not horovodrun's
+    SIGTERM to the rest), before the peers it took down; else the process horovodrun saw fail
+    first; with its traceback's tail when it wrote one. Else the rank that wrote its traceback
+    first; else horovodrun's own log's tail."""
     text = log.read_text(errors="replace")
     first = _FIRST.search(text)
     errors = sorted(directory.glob("rank-*.error"), key=lambda p: p.stat().st_mtime_ns)
     if first:
-        rank, status = first.group(1), int(first.group(2))
-        # The shell's 128 + the signal that killed it.
-        ended = how(128 - status) if status > 128 else f"exit status {status}"
+        # horovodrun orders exits by when it saw them, and on a busy host a peer's "connection
+        # closed" exit can be seen before the SIGKILL that caused it.
+        exits = [(int(first.group(1)), int(first.group(2)))]
+        exits += [(int(r), int(s)) for r, s in _EXITED.findall(text)]
+        killed = [e for e in exits if _signal(e[1]) not in (None, signal.SIGTERM)]
+        rank, status = (killed or exits)[0]
+        died_of = _signal(status)
+        ended = how(-died_of) if died_of else f"exit status {status}"
         head = f"Horovod worker rank {rank} failed ({ended})"
         mine = directory / f"rank-{rank}.error"
         errors = [mine] if mine.is_file() else []
