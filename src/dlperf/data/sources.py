@@ -27,6 +27,7 @@ import pickle
 import re
 import shlex
 import unicodedata
+import urllib.parse
 import warnings
 import zipfile
 import zlib
@@ -645,6 +646,7 @@ def _root_folder(cfg: DataConfig) -> Path:
     folder inside a file, named neither what it is nor the set that reads it. A link to
     nothing there (a set on a drive not mounted) is said to be one, naming its target; a loop
     of links (whose target is there, as a link) is said to be a loop."""
+    _refuse_unexpanded(cfg.root)
     if (chain := link_loop(cfg.root)) is not None:
         raise UserError(
             f"data.root {cfg.root} is a loop of symbolic links ({chain})",
@@ -666,6 +668,37 @@ def _root_folder(cfg: DataConfig) -> Path:
             else f"set data.root to the folder that holds the {cfg.name} files",
         )
     return Path(cfg.root)
+
+
+_VARIABLE = re.compile(r"\$(\w+|\{\w+\})")
+
+
+def _refuse_unexpanded(root: str | Path) -> None:
+    """Refuse a data.root not there that holds an environment variable (`$HOME/data` in a TOML
+    file, or in single quotes on the command line: only a shell expands one) or is a file://
+    URL. Read literally, each was "a relative data.root", to be given as an absolute path,
+    which the user had given. A path of those very characters that is there is read."""
+    text = str(root)
+    if os.path.lexists(text):
+        return
+    if text.startswith("file:/"):
+        meant = urllib.parse.unquote(urllib.parse.urlparse(text).path)
+        raise UserError(
+            f"data.root {text} is a file:// URL, not a path", f"give the path itself: {meant}"
+        )
+    if (found := _VARIABLE.search(text)) is None:
+        return
+    name = found.group(1).strip("{}")
+    if name in os.environ:
+        meant = os.path.expandvars(text)
+        fix = f"write the path itself, {meant}; a shell expands it in double quotes, not single"
+    else:
+        fix = f"write the path itself (${name} is not set here)"
+    raise UserError(
+        f"data.root {text} holds the environment variable {found.group(0)}, which dlperf does not "
+        "expand",
+        fix,
+    )
 
 
 def _not_found(path: str | Path, root: str | Path, said: str, fix: str) -> UserError:
@@ -2562,6 +2595,7 @@ def read_npz(
             "point one of the links at the .npz file",
         )
     if not Path(path).is_file():
+        _refuse_unexpanded(path)
         fix = "set data.root to the path of one"
         if kind:
             raise UserError(f"{path}: not a readable .npz file (a directory)", fix)

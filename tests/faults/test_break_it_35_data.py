@@ -1,0 +1,80 @@
+"""Break-it round 35, the user's data (docs/faults.md, the thirty-fifth round).
+
+C1: a data.root written with an environment variable (`$HOME/data/a.npz` in a TOML file, or
+`--set 'data.root=$MYD/a.npz'` in single quotes, where no shell expands it) or as a file://
+URL was read literally and called "a relative data.root ... give an absolute path", though
+the user gave one; the URL was shown as `file:/...`, one slash lost. A data.root not there
+that holds a variable or is a file:// URL is said to be one, naming the path meant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.config import DataConfig
+from dlperf.data import load_data
+from dlperf.errors import UserError
+
+# --- C1: data.root with $VAR or a file:// URL -------------------------------------------
+
+
+def npz(folder: Path) -> Path:
+    path = folder / "a.npz"
+    np.savez(path, images=np.zeros((4, 3, 8, 8), np.uint8), labels=np.arange(4) % 2)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "written"), [("npz", "$MYD/a.npz"), ("imagefolder", "${MYD}/imf")]
+)
+def test_c1_a_data_root_holding_an_environment_variable_is_said_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, written: str
+) -> None:
+    monkeypatch.setenv("MYD", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as caught:
+        load_data(DataConfig(name=name, root=written, image_size=8))
+    variable = written.split("/")[0]
+    assert caught.value.message == (
+        f"data.root {written} holds the environment variable {variable}, which dlperf does "
+        "not expand"
+    )
+    meant = written.replace(variable, str(tmp_path))
+    assert caught.value.hint == (
+        f"write the path itself, {meant}; a shell expands it in double quotes, not single"
+    )
+
+
+def test_c1_an_unset_variable_is_said_to_be_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DLPERF_BK35_UNSET", raising=False)
+    with pytest.raises(UserError) as caught:
+        load_data(DataConfig(name="imagefolder", root="$DLPERF_BK35_UNSET/imf", image_size=8))
+    assert caught.value.message == (
+        "data.root $DLPERF_BK35_UNSET/imf holds the environment variable "
+        "$DLPERF_BK35_UNSET, which dlperf does not expand"
+    )
+    assert caught.value.hint == "write the path itself ($DLPERF_BK35_UNSET is not set here)"
+
+
+@pytest.mark.parametrize("name", ["npz", "imagefolder"])
+def test_c1_a_file_url_is_said_to_be_one(tmp_path: Path, name: str) -> None:
+    folder = tmp_path / "my data"
+    with pytest.raises(UserError) as caught:
+        load_data(DataConfig(name=name, root=folder.as_uri(), image_size=8))
+    assert caught.value.message == f"data.root {folder.as_uri()} is a file:// URL, not a path"
+    assert caught.value.hint == f"give the path itself: {folder}"
+
+
+def test_c1_a_file_named_with_a_dollar_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "$MYD").mkdir()
+    npz(tmp_path / "$MYD")
+    data = load_data(DataConfig(name="npz", root="$MYD/a.npz"))
+    assert len(data.train) + len(data.test) == 4
