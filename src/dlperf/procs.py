@@ -162,7 +162,15 @@ class Supervisor:
         self, command: Sequence[str], log: Path, env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         """Start the guarded `command` in a session of its own, its output in `log`."""
-        child_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
+        # PYTHONSAFEPATH: `python -c` and `-m` (the guard, sweep's and torchrun's workers, and
+        # what those start) put the working directory first on sys.path, where dlperf's own
+        # process does not: a user's random.py or typing.py there broke every worker.
+        child_env = {
+            **os.environ,
+            **(env or {}),
+            PARENT_ENV: str(os.getpid()),
+            "PYTHONSAFEPATH": "1",
+        }
         # A stop signal waits until the child is on the list that `stop` signals.
         with stopping.shielded(), log.open("wb") as out:
             child = subprocess.Popen(
