@@ -146,6 +146,8 @@ def _bare(text: str) -> bool:
     table would print a control character escaped, which --set would read as its escape."""
     if not text or not text.isprintable() or text != text.strip():
         return False
+    if text == "-":  # a table's cell of None (a config section set to none)
+        return False
     if any(c in text for c in " =\"'"):  # a space would end the pair in a config line
         return False
     try:
@@ -809,8 +811,29 @@ class Comparison:
 
 def _apart(values: list[Any]) -> list[Any]:
     """`values` as a table shows them, text by `name_text`: "a" and "a " read apart (a table
-    pads its cells with spaces), 'a '."""
-    return [name_text(v) if isinstance(v, str) else v for v in values]
+    pads its cells with spaces), 'a '; and so does text beside a value whose cell it reads as
+    ("1" and 1, "yes" and True, "-" and None), '1'."""
+    typed = any(v is not None and not isinstance(v, str) for v in values)
+    return [_text_cell(v, typed) if isinstance(v, str) else v for v in values]
+
+
+def _text_cell(text: str, typed: bool) -> str:
+    """`text` by `name_text`, quoted where it reads as a cell `fmt` shows another value as:
+    - (None), and beside values other than text (`typed`), yes/no or a number (1e+25, inf)."""
+    shown = name_text(text)
+    if shown != text:  # quoted already
+        return shown
+    if text == "-" or (typed and (text in ("yes", "no") or _number_text(text))):
+        return f"'{text}'"
+    return text
+
+
+def _number_text(text: str) -> bool:
+    try:
+        float(text.replace(",", ""))  # fmt writes 12345.6 as 12,346
+    except ValueError:
+        return False
+    return True
 
 
 def tags_text(tags: dict[str, str]) -> str | None:

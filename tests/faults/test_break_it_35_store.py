@@ -1,0 +1,65 @@
+"""Break-it round 35, P3 (the run store: numbers and text it gives back), causes C1 and on.
+
+C1. `runs compare` printed a config's text as its number, bool or null prints ("1" and 1 as
+    1, "yes" and True as yes, "-" and None as -): a key listed as differing with identical
+    cells; `runs show` printed text "-" as a missing value's "-". Text that reads as another
+    value's cell is quoted: '1', 'yes', '-' in compare, "-" in show.
+C2. `report`'s page of a dlperf.track run folded its config as an experiment's when a key
+    matched one of the experiment's (train.lr): keys at the experiment's defaults folded away,
+    keys "not used by this run" (data.shape without data.name = "synthetic") left out. A
+    tracked run's config is the user's own: shown whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import dlperf
+from dlperf.report.site import pages
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+
+def _cells(out: str) -> dict[str, list[str]]:
+    """A table's rows by their first cell, the other cells stripped."""
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines() if "│" in line]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_c1_config_text_reads_apart_from_a_number_bool_or_null_in_compare_and_show(
+    cli: Cli, db: str
+) -> None:
+    with dlperf.track("num", config={"x": 1, "b": True, "n": None, "f": 1e25}, store=db):
+        pass
+    with dlperf.track("text", config={"x": "1", "b": "yes", "n": "-", "f": "1e+25"}, store=db):
+        pass
+    cli("runs", "tag", "2", "t=-", "u=yes")
+    compared = _cells(cli("runs", "compare", "1", "2").out)
+    assert compared["x"] == ["1", "'1'", "-"]
+    assert compared["b"] == ["yes", "'yes'", "-"]
+    assert compared["n"] == ["-", "'-'", "-"]
+    assert compared["f"] == ["1e+25", "'1e+25'", "-"]
+    assert compared["tag t"] == ["-", "'-'", "-"]  # a tag "-" beside none
+    assert compared["tag u"] == ["-", "yes", "-"]  # a tag is text: "yes" reads as nothing else
+    assert json.loads(cli("runs", "compare", "1", "2", "--json").out)["config_diff"]["n"] == [
+        None,
+        "-",  # the data as stored
+    ]
+    shown = _cells(cli("runs", "show", "2").out)
+    assert shown["n"] == ['"-"'] and shown["x"] == ['"1"']
+    assert _cells(cli("runs", "show", "1").out)["n"] == ["-"]
+
+
+def test_c2_the_report_shows_a_tracked_runs_config_whole(db: str) -> None:
+    config = {"train": {"lr": 0.1, "momentum": 0.9}, "data": {"shape": [3, 8, 8]}}
+    with dlperf.track("mine", config=config, store=db) as run:
+        run.log(1, loss=1.0)
+    store = RunStore.open(db)
+    shown = pages.run_page(store, store.get_run(run.id), [], lambda kind, item: False)
+    shown = shown.partition("<h2>Config</h2>")[2].partition("<h2>")[0]
+    assert "<details>" not in shown and "left out" not in shown
+    for key in ("train.lr", "train.momentum", "data.shape"):
+        assert f"<th>{key}</th>" in shown
