@@ -29,6 +29,7 @@ from dlperf.report.site.html import (
 )
 from dlperf.report.site.trace_section import trace_section
 from dlperf.store import RunStore
+from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
 
 # Summary figures shown in the index, by run kind: (column, summary key); `heading` adds
@@ -124,7 +125,8 @@ def run_page(
     body += [trace_section(store, run)]
     body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
     body += ["<h2>Summary</h2>", key_values(flatten(run.summary), quantity)]
-    body += ["<h2>Config</h2>", config(run.config or {})]
+    # A dlperf.track run's config is the user's own, whatever keys it shares with an experiment.
+    body += ["<h2>Config</h2>", config(run.config or {}, whole=tracked(run))]
     body += ["<h2>System</h2>", key_values(flatten(run.system or {}))]
     artifacts = store.artifacts(run.id)
     listing = table(["kind", "path"], [[a["kind"], a["path"]] for a in artifacts])
@@ -137,16 +139,16 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def config(stored: dict[str, Any]) -> str:
+def config(stored: dict[str, Any], whole: bool = False) -> str:
     """A run's config as it bears on the run: the keys set away from their defaults first,
     the others folded away, and the keys that do not apply to it (see APPLIES_WHEN) left out.
-    A config that is not an experiment's (a scale point's, an all-reduce run's) is shown
-    whole."""
+    A config that is not an experiment's (a scale point's, an all-reduce run's), or one
+    `whole` says is not, is shown whole."""
     from dlperf.config import Experiment
 
     flat = flatten(stored)
     defaults = flatten(Experiment().to_dict())
-    if not flat.keys() & defaults.keys():
+    if whole or not flat.keys() & defaults.keys():
         return key_values(flat)
     kept = {
         k: v for k, v in flat.items()
