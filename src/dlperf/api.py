@@ -127,14 +127,20 @@ def _optional_whole(value: Any, what: str) -> int | None:
 
 def _strings(given: Any, what: str, example: str) -> list[str]:
     """`given`, a list (any iterable) of command-line strings such as --set's or --where's, as
-    a list; a UserError naming `what` for anything else. A str alone is refused, not walked
-    one character at a time ("--where 't': expected KEY=VALUE")."""
-    items = None
-    if not isinstance(given, _TEXT) and isinstance(given, Iterable):
-        items = list(given)
-    if items is None or not all(isinstance(item, str) for item in items):
+    a list; a UserError naming `what` for anything else (`_listed`)."""
+    items = _listed(given, what, example)
+    if not all(isinstance(item, str) for item in items):
         raise UserError(f"{what}, got {as_given(given)}", f"e.g. {example}")
     return items
+
+
+def _listed(given: Any, what: str, example: str) -> list[Any]:
+    """`given`, a list (any iterable), as a list; a UserError naming `what` for anything else.
+    A str alone is refused, not walked one character at a time ("--where 't': expected
+    KEY=VALUE")."""
+    if isinstance(given, _TEXT) or not isinstance(given, Iterable):
+        raise UserError(f"{what}, got {as_given(given)}", f"e.g. {example}")
+    return list(given)
 
 
 _VALUES = "give numbers, text, lists or dicts"  # the fix for a config value JSON lacks
@@ -1264,6 +1270,8 @@ class Store:
         # The run first: its id checked (an id past the column's range reached the driver as
         # a DataError on PostgreSQL, an OverflowError on SQLite) and the run found.
         record = self.run(run_id)
+        if keys is not None:  # a lone "xy" was walked as the keys "x" and "y"
+            keys = _listed(keys, "keys is a list of metric keys", "['val/acc1']")
         stored = metric_series(self._store, record.id)
         spe = steps_per_epoch(record, stored, [])
         series = on_global_steps(stored, spe)

@@ -8,12 +8,17 @@ C2. `report`'s page of a dlperf.track run folded its config as an experiment's w
     matched one of the experiment's (train.lr): keys at the experiment's defaults folded away,
     keys "not used by this run" (data.shape without data.name = "synthetic") left out. A
     tracked run's config is the user's own: shown whole.
+C3. `Store.frame(run_id, "xy")` walked the string as keys "x" and "y" (their columns, without a
+    word; "no metric 'v'" for "val/acc1"), and `frame(run_id, 5)` raised a bare TypeError: keys
+    is a list of metric keys, anything else refused as `runs(where=...)` refuses it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+
+import pytest
 
 import dlperf
 from dlperf.report.site import pages
@@ -63,3 +68,16 @@ def test_c2_the_report_shows_a_tracked_runs_config_whole(db: str) -> None:
     assert "<details>" not in shown and "left out" not in shown
     for key in ("train.lr", "train.momentum", "data.shape"):
         assert f"<th>{key}</th>" in shown
+
+
+def test_c3_store_frame_refuses_a_lone_key_as_its_keys(db: str) -> None:
+    pytest.importorskip("pandas")
+    with dlperf.track("c3", store=db) as run:
+        run.log(1, x=1.0, y=2.0, xy=3.0)
+    store = dlperf.Store(db)
+    for keys in ("xy", 5):
+        with pytest.raises(dlperf.UserError, match="keys is a list of metric keys") as caught:
+            store.frame(run.id, keys)  # type: ignore[arg-type]
+        assert caught.value.hint == "e.g. ['val/acc1']"
+    assert list(store.frame(run.id, ["xy"]).columns) == ["xy"]
+    assert list(store.frame(run.id, ("x", "y")).columns) == ["x", "y"]
