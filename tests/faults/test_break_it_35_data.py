@@ -5,6 +5,11 @@ C1: a data.root written with an environment variable (`$HOME/data/a.npz` in a TO
 URL was read literally and called "a relative data.root ... give an absolute path", though
 the user gave one; the URL was shown as `file:/...`, one slash lost. A data.root not there
 that holds a variable or is a file:// URL is said to be one, naming the path meant.
+
+C2: an experiment that set data.root but not data.name trained on the default, the bundled
+digits, never reading the user's file, without a word; synthetic's shape, num_classes and size
+set for another set were ignored as silently. Each such key is a warning now (the reader's
+notes), guessing data.name for an .npz file or a folder with train/.
 """
 
 from __future__ import annotations
@@ -78,3 +83,44 @@ def test_c1_a_file_named_with_a_dollar_is_still_read(
     npz(tmp_path / "$MYD")
     data = load_data(DataConfig(name="npz", root="$MYD/a.npz"))
     assert len(data.train) + len(data.test) == 4
+
+
+# --- C2: data.root (and synthetic's keys) set for a set that does not read them ------------
+
+
+@pytest.mark.parametrize(
+    ("root", "fix"),
+    [
+        ("a.npz", 'set data.name = "npz" to read it'),
+        ("imf", 'set data.name = "imagefolder" to read it'),
+        ("nowhere", "set data.name to the set it holds"),
+    ],
+)
+def test_c2_a_data_root_the_set_does_not_read_is_said_to_be_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, root: str, fix: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    npz(tmp_path)
+    (tmp_path / "imf" / "train").mkdir(parents=True)
+    data = load_data(DataConfig(root=root))
+    assert data.name == "digits"
+    assert data.notes == [
+        f"data.root {root} is not read: data.name is digits, bundled with dlperf ({fix})"
+    ]
+
+
+def test_c2_synthetic_keys_set_for_another_set_are_said_to_be_unread() -> None:
+    data = load_data(DataConfig(name="digits", num_classes=3, size=100))
+    assert data.notes == [
+        "data.num_classes, data.size are not read: they shape synthetic's random images, and "
+        "data.name is digits"
+    ]
+    synthetic = load_data(DataConfig(name="synthetic", root="x.npz", shape=[1, 4, 4], size=8))
+    assert synthetic.notes == [
+        "data.root x.npz is not read: data.name is synthetic, random images "
+        '(set data.name = "npz" to read it)'
+    ]
+
+
+def test_c2_keys_at_their_defaults_say_nothing() -> None:
+    assert load_data(DataConfig(name="digits")).notes == []

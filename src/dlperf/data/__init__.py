@@ -20,6 +20,7 @@ from dlperf.data.sources import (
     imagefolder,
     no_training_images,
     resize,
+    unread_keys,
     untrained_classes,
 )
 from dlperf.errors import UserError
@@ -39,6 +40,7 @@ def load_data(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
     # The one reader whose work is long enough to report: an image folder's files, listed and
     # decoded one by one (minutes for 10^5); the others read a few arrays.
     data = imagefolder(cfg, reporter) if reader is imagefolder else reader(cfg)
+    data.notes += unread_keys(cfg)
     drawn = data.train
     if cfg.holdout:
         data.train, data.unlabeled = holdout(data.train, cfg.holdout, cfg.split_seed + 2)

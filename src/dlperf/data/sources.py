@@ -2719,3 +2719,40 @@ DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
     "imagefolder": imagefolder,
     "npz": npz,
 }
+
+# The sets that read no files under data.root, and what they read instead.
+_ROOTLESS = {
+    "digits": "bundled with dlperf",
+    "mnist5k": "bundled with dlperf",
+    "synthetic": "random images",
+}
+_SYNTHETIC_KEYS = ("shape", "num_classes", "size")
+
+
+def unread_keys(cfg: DataConfig) -> list[str]:
+    """A line for each key of [data] set away from its default that data.name's set does not
+    read: data.root of a set bundled or drawn (an experiment that set root but not name
+    trained on the default digits, never reading the user's file, without a word), and
+    synthetic's shape, num_classes and size for another set."""
+    defaults = DataConfig.model_fields
+    lines = []
+    if cfg.name in _ROOTLESS and cfg.root != defaults["root"].default:
+        if Path(cfg.root).suffix.lower() == ".npz":
+            fix = 'set data.name = "npz" to read it'
+        elif os.path.isdir(Path(cfg.root) / "train"):
+            fix = 'set data.name = "imagefolder" to read it'
+        else:
+            fix = "set data.name to the set it holds"
+        lines.append(
+            f"data.root {cfg.root} is not read: data.name is {cfg.name}, {_ROOTLESS[cfg.name]} "
+            f"({fix})"
+        )
+    unread = [k for k in _SYNTHETIC_KEYS if getattr(cfg, k) != defaults[k].default]
+    if cfg.name != "synthetic" and unread:
+        keys = ", ".join(f"data.{k}" for k in unread)
+        lines.append(
+            f"{keys} {'are' if len(unread) > 1 else 'is'} not read: "
+            f"{'they shape' if len(unread) > 1 else 'it shapes'} synthetic's random images, "
+            f"and data.name is {cfg.name}"
+        )
+    return lines
