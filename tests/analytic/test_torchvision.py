@@ -5,9 +5,9 @@ them GFLOPS; they are GMACs of convolutions and matrix products) must equal dlpe
 to the three decimals torchvision prints, at the crop size of the weights' own transforms.
 
 A larger sibling of a family that is checked here, built by the same builder with the same
-blocks (only deeper, wider or at another crop), proves nothing its smaller sibling does not:
-it is left out (`SAME_CODE_AS`, each with the case that runs its code), and the suite's
-slowest cases with it. Every other weight is checked.
+blocks (only deeper, wider, in other groups or at another crop), proves nothing its smaller
+sibling does not: it is left out (`SAME_CODE_AS`, each with the case that runs its code), and
+the suite's slowest cases with it. Every other weight is checked.
 """
 
 from __future__ import annotations
@@ -43,6 +43,30 @@ SAME_CODE_AS = {
     # patch 16 (224 and 512) and patch 32 on ViT-B
     "vit_h_14-224": "vit_h_14-518",
     "vit_l_32-224": "vit_b_32-224",
+    # ResNet's Bottleneck at other depths, widths (wide_) and group counts (resnext)
+    "resnet101-224": "resnet50-224",
+    "resnet152-224": "resnet50-224",
+    "wide_resnet101_2-224": "wide_resnet50_2-224",
+    "resnext101_32x8d-224": "resnext50_32x4d-224",
+    "resnext101_64x4d-224": "resnext50_32x4d-224",
+    # ConvNeXt's block at other depths and widths
+    "convnext_small-224": "convnext_tiny-224",
+    "convnext_base-224": "convnext_tiny-224",
+    "convnext_large-224": "convnext_tiny-224",
+    # RegNet's block at other widths, depths and group widths, at each crop
+    "regnet_x_16gf-224": "regnet_x_8gf-224",
+    "regnet_x_32gf-224": "regnet_x_8gf-224",
+    "regnet_y_32gf-224": "regnet_y_16gf-224",
+    "regnet_y_128gf-224": "regnet_y_16gf-224",
+    "regnet_y_32gf-384": "regnet_y_16gf-384",
+    "regnet_y_128gf-384": "regnet_y_16gf-384",
+    # the width multiplier's channel counts
+    "mnasnet0_75-224": "mnasnet0_5-224",
+    "mnasnet1_0-224": "mnasnet0_5-224",
+    "mnasnet1_3-224": "mnasnet0_5-224",
+    "shufflenet_v2_x1_0-224": "shufflenet_v2_x0_5-224",
+    "shufflenet_v2_x1_5-224": "shufflenet_v2_x0_5-224",
+    "shufflenet_v2_x2_0-224": "shufflenet_v2_x0_5-224",
 }
 """Cases left out: each (torchvision name-crop) with the checked case that runs its code."""
 
