@@ -5,6 +5,10 @@ every `sweep --jobs N` worker and every `scale` worker (`ImportError: cannot imp
 'Random' from 'random' (.../proj/random.py)`), where `run` and `sweep --jobs 1` worked: the
 workers start as `python -m ...` and `python -c ...`, which put the working directory first
 on sys.path, and dlperf's own process (a console script) never has it there.
+C2: serve batched a plain ONNX model whose outputs' dynamic first dimension is not the batch (x
+[N, 3] -> Reshape(-1) -> y [K]; the positions of the positive values, [K, 2]) and split each
+output at the requests' rows: each client got a slice of the batch's results, the second
+client the first one's numbers, with 200.
 """
 
 from __future__ import annotations
@@ -12,9 +16,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+from dlperf.deploy.served_model import ServedModel
 from dlperf.procs import Supervisor
+from tests.deploy.test_server import OPSET
 
 
 def test_a_child_imports_what_dlperf_imports_not_the_working_directorys_files(
@@ -30,3 +39,42 @@ def test_a_child_imports_what_dlperf_imports_not_the_working_directorys_files(
         supervisor.start([sys.executable, "-c", "import random; print(random.Random)"], log)
         assert supervisor.wait(timeout_s=120) == [0], log.read_text()
     assert log.read_text().strip() == "<class 'random.Random'>"
+
+
+def flattening(path: Path, declared: list[str | int]) -> Path:
+    """x [N, 3] -> Reshape(-1) -> y, its shape declared as `declared`: its length is 3 N,
+    not N."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        "flat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)],
+        [numpy_helper.from_array(np.array([-1], np.int64), "s")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    return path
+
+
+REQUESTS = [{"x": np.array([[1, 2, 3]], np.float32)}, {"x": np.array([[4, -5, 6]], np.float32)}]
+
+
+def test_an_output_whose_first_dimension_is_not_the_batch_is_not_batched(tmp_path: Path) -> None:
+    served = ServedModel(flattening(tmp_path / "flat.onnx", ["K"]), threads=1)
+    assert not served.batchable
+    assert served.note == (
+        "output 'y' has first dimension K, not the inputs' batch dimension N: requests run one "
+        "at a time"
+    )
+    answers = served.run(REQUESTS)
+    assert [a["y"].tolist() for a in answers] == [[1, 2, 3], [4, -5, 6]]
+
+
+def test_an_output_declared_as_the_batch_that_is_not_is_answered_per_request(
+    tmp_path: Path,
+) -> None:
+    """The file says y is [N] (wrongly): the batch's outputs, which do not have its rows, are
+    not split among the requests; each request runs alone."""
+    served = ServedModel(flattening(tmp_path / "lies.onnx", ["N"]), threads=1)
+    assert served.batchable
+    answers = served.run(REQUESTS)
+    assert [a["y"].tolist() for a in answers] == [[1, 2, 3], [4, -5, 6]]

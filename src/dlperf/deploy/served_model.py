@@ -50,6 +50,29 @@ def out_of_memory(said: str, less: str | None) -> OutOfMemory:
     return OutOfMemory(said, f"{less}, or {more}" if less else more)
 
 
+def _not_batched(inputs: list[Any], outputs: list[Any]) -> str | None:
+    """Why the requests to a model with these inputs and outputs cannot be batched, or None.
+    Rows are concatenated along the inputs' first dimension and split back along the
+    outputs', so all must be one dynamic dimension, by name: a plain ONNX file's output may
+    well be another (a reduction over the batch, a flattened batch, a list of detections)."""
+    batch = inputs[0].shape[0] if inputs[0].shape else 1
+    if isinstance(batch, int):
+        return "the model has no dynamic batch dimension"
+    if batch is None:
+        return f"input '{inputs[0].name}' has a dynamic first dimension without a name to match"
+    for kind, args in (("input", inputs), ("output", outputs)):
+        for arg in args:
+            if not arg.shape:
+                return f"{kind} '{arg.name}' is a scalar, with no batch dimension"
+            if arg.shape[0] != batch:
+                first = "unnamed" if arg.shape[0] is None else arg.shape[0]
+                return (
+                    f"{kind} '{arg.name}' has first dimension {first}, not the inputs' batch "
+                    f"dimension {batch}"
+                )
+    return None
+
+
 class ServedModel:
     """One ONNX model, its dlperf metadata if it has any, and how its requests may be batched.
 
@@ -79,16 +102,13 @@ class ServedModel:
                 "dynamic batch dimension",
                 "export it with `dlperf export --dynamic-batch`",
             )
-        # Rows split back along the outputs' first dimension, so it must be dynamic too:
-        # a plain ONNX file may well reduce over the batch.
-        args = [*self.inputs, *self.outputs]
-        dynamic = all(a.shape and not isinstance(a.shape[0], int) for a in args)
+        other = _not_batched(self.inputs, self.outputs)
         # Detector outputs ([N, 4] boxes, ...) have no batch dimension to split along.
-        self.batchable = self.task != "detection" and dynamic
+        self.batchable = self.task != "detection" and other is None
         if self.task == "detection":
             self.note = "detection models run one image at a time"
-        elif not self.batchable:
-            self.note = "the model has no dynamic batch dimension: requests run one at a time"
+        elif other is not None:
+            self.note = f"{other}: requests run one at a time"
         else:
             self.note = "requests are batched along the dynamic batch dimension"
 
@@ -128,8 +148,12 @@ class ServedModel:
             return [dict(zip(self.output_names, self._call(p), strict=True)) for p in payloads]
         feeds = {i.name: np.concatenate([p[i.name] for p in payloads]) for i in self.inputs}
         outputs = self._call(feeds)
-        bounds = np.cumsum([len(p[self.inputs[0].name]) for p in payloads])[:-1]
-        parts = [np.split(o, bounds) for o in outputs]
+        rows = [len(p[self.inputs[0].name]) for p in payloads]
+        if any(len(o) != sum(rows) for o in outputs):
+            # The file declares an output of the batch's rows that has not: split, each client
+            # would get a slice of everyone's results. Each request runs alone instead.
+            return [dict(zip(self.output_names, self._call(p), strict=True)) for p in payloads]
+        parts = [np.split(o, np.cumsum(rows)[:-1]) for o in outputs]
         return [dict(zip(self.output_names, row, strict=True)) for row in zip(*parts, strict=True)]
 
     def _call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
