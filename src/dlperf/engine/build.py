@@ -35,6 +35,7 @@ from dlperf.engine.checks import (
     check_reloadable,
     check_run_batch,
     check_run_form,
+    check_scaled_dtypes,
     check_target_measured,
     dry_backward,
     dry_forward,
@@ -444,6 +445,7 @@ def _check_model(
     # return more than their scores in training mode only.
     output = dry_forward(model, data.shape, rejects, device, training=True, what=f"model {name}")
     check_classifier(model, output, data.num_classes, name, "in training mode")
+    check_scaled_dtypes(model, name, exp.run.precision)
     unused = dry_backward(model, data.shape, name, device)
     if unused and reporter is not None:  # a DDP worker says its own (find_unused_parameters)
         reporter.log(

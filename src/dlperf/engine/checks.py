@@ -404,6 +404,23 @@ def no_gradient(what: str, unused: list[str], most: int) -> str:
     )
 
 
+def check_scaled_dtypes(model: nn.Module, name: str, precision: str) -> None:
+    """Refuse model `name` under run.precision = "fp16" when it trains float16 parameters (a
+    layer built .half() that its forward casts to): the fp16 gradient scaler unscales float32
+    gradients only, and the run ended in its traceback ("Attempting to unscale FP16
+    gradients") after the dry checks had passed it. Frozen ones take no gradient."""
+    if precision != "fp16":
+        return
+    half = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype == torch.float16]
+    if half:
+        raise UserError(
+            f"model {name}: its trained parameters {few(half)} are float16, whose gradients "
+            'run.precision = "fp16"\'s gradient scaler cannot unscale',
+            "build them in float32, which autocast runs in float16 as it trains, or set "
+            'run.precision = "bf16"',
+        )
+
+
 def dry_backward(
     model: nn.Module, shape: Sequence[int], what: str, device: torch.device | None = None
 ) -> list[str]:
