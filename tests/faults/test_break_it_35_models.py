@@ -5,19 +5,29 @@
   traceback, "Attempting to unscale FP16 gradients": the fp16 scaler unscales float32
   gradients only. Such a model is refused by the dry checks now, naming the layer's
   parameters and the fixes (build them in float32, autocast runs them in float16; or bf16).
+- C2: under `dlperf scale`, a model whose forward calls a layer on one rank alone (it reads
+  RANK) hung until gloo's 30-minute timeout: each worker told DDP to find unused parameters
+  from its own dry backward, so only the rank that left the layer unused did, and its peer
+  waited in backward for a bucket never sent. The ranks now agree on every rank's unused
+  parameters before wrapping, and the warning names the ranks of each one not unused on all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
+from dlperf.distributed import worker
 from dlperf.engine.build import build_model
 from dlperf.errors import UserError
+from dlperf.store import RunStore
 from tests.engine.test_build import FakeData, experiment
+from tests.faults.test_break_it_6_scale import _args, _experiment
 
 # --- C1: float16 parameters under run.precision = "fp16" ---------------------------------
 
@@ -67,3 +77,60 @@ def test_c1_float16_parameters_that_no_scaler_unscales_still_train(
     model = build_model(exp, FakeData(), torch.device("cpu"))  # type: ignore[arg-type]
     assert isinstance(model, nn.Module)
 
+
+# --- C2: a forward that differs between ranks under DDP ----------------------------------
+
+RANKED = """
+import os
+from torch import nn
+
+
+class Net_(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.fc = nn.Linear(64 * in_channels, num_classes)
+        self.extra = nn.Linear(64 * in_channels, 64 * in_channels)
+        self.rank = int(os.environ.get("RANK", "0"))
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.fc(self.extra(x) if self.rank == 0 else x)
+
+
+def Net(num_classes=10, in_channels=1):
+    return Net_(num_classes, in_channels)
+"""
+
+
+def test_c2_ddp_finds_unused_parameters_on_every_rank_where_one_rank_has_some(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 1 of two leaves extra unused: both ranks are told (before: rank 1 alone, and
+    rank 0 waited in backward for the bucket rank 1's reducer never sent)."""
+    everyone = [[], ["extra.weight", "extra.bias"]]
+    monkeypatch.setattr(worker, "gathered", lambda mine: everyone)
+    said = ["extra.weight on rank 1", "extra.bias on rank 1"]
+    assert worker.unused_on_any_rank([]) == said
+    assert worker.unused_on_any_rank(everyone[1]) == said
+    everyone[0] = ["aux", "extra.bias"]
+    assert worker.unused_on_any_rank([]) == [
+        "aux on rank 0",
+        "extra.bias",
+        "extra.weight on rank 1",
+    ]
+    monkeypatch.setattr(worker, "gathered", lambda mine: [[], []])
+    assert worker.unused_on_any_rank([]) == []
+
+
+@pytest.mark.faults  # a torchrun start: over 10 s under load (make test-faults)
+def test_c2_a_forward_that_differs_by_rank_trains_at_a_two_worker_point(
+    cli: Callable[..., Any], db: str, tmp_path: Path
+) -> None:
+    """The tester's model, which calls a layer on rank 0 only (before: no output until gloo's
+    30-minute timeout)."""
+    r = cli(*_args(_experiment(tmp_path, RANKED), 8))
+    assert r.code == 0, r.err
+    (run,) = RunStore.open(db).list_runs(kind="scale")
+    assert run.status == "finished", run.error
+    [said] = [p.read_text() for p in tmp_path.rglob("rank-*.warning")]
+    assert "(extra.weight on rank 1, extra.bias on rank 1): DDP runs" in said, said

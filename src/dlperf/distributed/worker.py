@@ -192,7 +192,8 @@ class Phase(Replica):
         self.unused: list[str] = []
         if spec.strategy == "ddp":
             with torch.random.fork_rng([device] if device.type == "cuda" else []):
-                self.unused = dry_backward(model, data.shape, f"'{exp.model.name}'", device)
+                mine = dry_backward(model, data.shape, f"'{exp.model.name}'", device)
+            self.unused = unused_on_any_rank(mine)
         set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
         # At the point's global batch: the schedule runs as in a plain run of that batch.
         epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * dist.get_world_size())
@@ -297,6 +298,23 @@ class Phase(Replica):
             tuple(statistics.median(step) for step in zip(*seconds, strict=True)),
             tuple(p.numel() * p.element_size() for p in trained),
         )
+
+
+def unused_on_any_rank(unused: list[str]) -> list[str]:
+    """The trained parameters some rank's backward gives no gradient, of this rank's `unused`
+    and every other's, each where not every rank leaves it so named with the ranks that do:
+    DDP is told to find them on every rank or on none. A forward that differs by rank (one
+    that reads RANK) had it told on one rank alone, whose reducer skipped the bucket that its
+    peer waited on in backward: no word until gloo's 30-minute timeout."""
+    everyone: list[list[str]] = gathered(unused)
+
+    def named(name: str) -> str:
+        ranks = [str(rank) for rank, theirs in enumerate(everyone) if name in theirs]
+        if len(ranks) == len(everyone):
+            return name
+        return f"{name} on rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}"
+
+    return [named(name) for name in dict.fromkeys(n for theirs in everyone for n in theirs)]
 
 
 def unused_warning(what: str, unused: list[str]) -> str:
