@@ -9,6 +9,10 @@ C2: serve batched a plain ONNX model whose outputs' dynamic first dimension is n
 [N, 3] -> Reshape(-1) -> y [K]; the positions of the positive values, [K, 2]) and split each
 output at the requests' rows: each client got a slice of the batch's results, the second
 client the first one's numbers, with 200.
+C3: serve started a plain ONNX model with an output it cannot return (a sequence, skl2onnx's
+ZipMap map, a bfloat16 tensor, which ONNX Runtime gives no numpy array for), described it with
+ONNX Runtime's type names (`TYPE_seq(tensor(float))`), and answered every inference 500 with
+a traceback in its log.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dlperf.deploy.served_model import ServedModel
+from dlperf.errors import UserError
 from dlperf.procs import Supervisor
 from tests.deploy.test_server import OPSET
 
@@ -78,3 +83,58 @@ def test_an_output_declared_as_the_batch_that_is_not_is_answered_per_request(
     assert served.batchable
     answers = served.run(REQUESTS)
     assert [a["y"].tolist() for a in answers] == [[1, 2, 3], [4, -5, 6]]
+
+
+X = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+UNSERVABLE = {
+    "seq": (
+        [helper.make_node("SequenceConstruct", ["x", "x"], ["y"])],
+        X,
+        helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None),
+        "output 'y' is a seq(tensor(float))",
+    ),
+    "zipmap": (
+        [
+            helper.make_node(
+                "ZipMap", ["x"], ["y"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2]
+            )
+        ],
+        X,
+        helper.make_value_info(
+            "y",
+            helper.make_sequence_type_proto(
+                helper.make_map_type_proto(
+                    TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+                )
+            ),
+        ),
+        "output 'y' is a seq(map(int64,tensor(float)))",
+    ),
+    "bf16_out": (
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)],
+        X,
+        helper.make_tensor_value_info("y", TensorProto.BFLOAT16, ["N", 3]),
+        "output 'y' is a tensor(bfloat16)",
+    ),
+    "bf16_in": (
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+        helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["N", 3]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
+        "input 'x' is a tensor(bfloat16)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", UNSERVABLE)
+def test_a_model_with_a_tensor_serve_cannot_pass_is_refused_as_it_starts(
+    tmp_path: Path, kind: str
+) -> None:
+    nodes, x, y, said = UNSERVABLE[kind]
+    opsets = [*OPSET, helper.make_opsetid("ai.onnx.ml", 1)]
+    graph = helper.make_graph(nodes, kind, [x], [y])
+    path = tmp_path / f"{kind}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=opsets, ir_version=10), path)
+    with pytest.raises(UserError) as e:
+        ServedModel(path, threads=1)
+    assert e.value.message == f"{path}: {said}, which dlperf serve cannot pass as a v2 tensor"
+    assert e.value.hint is not None and e.value.hint.startswith("it passes tensors of BOOL, ")

@@ -16,6 +16,7 @@ from dlperf.blas import address_limit
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.protocol import (
+    DATATYPES,
     MODEL_VERSION,
     ORT_TYPES,
     InferRequest,
@@ -48,6 +49,21 @@ def out_of_memory(said: str, less: str | None) -> OutOfMemory:
         else f"raise the server's memory limit, ulimit -v {limit // 1024}"
     )
     return OutOfMemory(said, f"{less}, or {more}" if less else more)
+
+
+def _check_types(path: Path, inputs: list[Any], outputs: list[Any]) -> None:
+    """Refuse, as the server starts, a model with an input or output no v2 datatype carries:
+    a sequence or a map (skl2onnx's ZipMap), or a bfloat16 tensor, for which ONNX Runtime takes
+    and gives no numpy array. Served, every request failed (a 500 with a traceback)."""
+    for kind, args in (("input", inputs), ("output", outputs)):
+        for arg in args:
+            if arg.type not in ORT_TYPES:
+                raise UserError(
+                    f"{path}: {kind} '{arg.name}' is a {arg.type}, which dlperf serve cannot "
+                    "pass as a v2 tensor",
+                    f"it passes tensors of {', '.join(DATATYPES)} only; change the graph to "
+                    "give one, as skl2onnx does with zipmap=False",
+                )
 
 
 def _not_batched(inputs: list[Any], outputs: list[Any]) -> str | None:
@@ -88,6 +104,7 @@ class ServedModel:
         self.inputs = self.session.get_inputs()
         self.outputs = self.session.get_outputs()
         self.output_names = [o.name for o in self.outputs]
+        _check_types(path, self.inputs, self.outputs)
         if self.task == "classification":  # /predict ranks its scores as probabilities
             runtime.check_scores(self.session, path)
         # What serve says once as it starts: /predict does not softmax them again.
