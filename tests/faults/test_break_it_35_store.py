@@ -11,6 +11,9 @@ C2. `report`'s page of a dlperf.track run folded its config as an experiment's w
 C3. `Store.frame(run_id, "xy")` walked the string as keys "x" and "y" (their columns, without a
     word; "no metric 'v'" for "val/acc1"), and `frame(run_id, 5)` raised a bare TypeError: keys
     is a list of metric keys, anything else refused as `runs(where=...)` refuses it.
+C4. `runs compare` padded every row of its table to the widest cell: one config value of 1 MB
+    beside 10^4 keys made gigabytes (nothing printed for minutes). A text cell is cut at
+    CELL_CHARS, saying how long it is and that --json holds it whole.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pytest
 import dlperf
 from dlperf.report.site import pages
 from dlperf.store import RunStore
+from dlperf.store.query import CELL_CHARS
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -81,3 +85,19 @@ def test_c3_store_frame_refuses_a_lone_key_as_its_keys(db: str) -> None:
         assert caught.value.hint == "e.g. ['val/acc1']"
     assert list(store.frame(run.id, ["xy"]).columns) == ["xy"]
     assert list(store.frame(run.id, ("x", "y")).columns) == ["x", "y"]
+
+
+def test_c4_compare_cuts_a_long_text_cell_and_says_so(cli: Cli, db: str) -> None:
+    long = "x" * 10**5
+    with dlperf.track("wide", config={"v": long}, store=db):
+        pass
+    with dlperf.track("many", config={f"k{i}": i for i in range(50)}, store=db):
+        pass
+    out = cli("runs", "compare", "1", "2").out
+    assert len(out) < 60 * 400  # 52 rows, none padded to 100,000 characters
+    cell = f"{'x' * CELL_CHARS}... (100,000 characters; --json holds it whole)"
+    assert _cells(out)["v"] == [cell, "-", "-"]
+    assert json.loads(cli("runs", "compare", "1", "2", "--json").out)["config_diff"]["v"] == [
+        long,
+        None,
+    ]

@@ -817,9 +817,18 @@ def _apart(values: list[Any]) -> list[Any]:
     return [_text_cell(v, typed) if isinstance(v, str) else v for v in values]
 
 
+# Of a text value in `runs compare`'s table: its every row was padded to the widest cell (a
+# config value of 1 MB and 10^4 keys made gigabytes). --json holds a value whole.
+CELL_CHARS = 200
+
+
 def _text_cell(text: str, typed: bool) -> str:
     """`text` by `name_text`, quoted where it reads as a cell `fmt` shows another value as:
-    - (None), and beside values other than text (`typed`), yes/no or a number (1e+25, inf)."""
+    - (None), and beside values other than text (`typed`), yes/no or a number (1e+25, inf);
+    past CELL_CHARS cut, saying so."""
+    if len(text) > CELL_CHARS:
+        cut = name_text(text[:CELL_CHARS])
+        return f"{cut}... ({len(text):,} characters; --json holds it whole)"
     shown = name_text(text)
     if shown != text:  # quoted already
         return shown
