@@ -13,6 +13,7 @@ C3: serve started a plain ONNX model with an output it cannot return (a sequence
 ZipMap map, a bfloat16 tensor, which ONNX Runtime gives no numpy array for), described it with
 ONNX Runtime's type names (`TYPE_seq(tensor(float))`), and answered every inference 500 with
 a traceback in its log.
+C6: serve of an ONNX model with no inputs (a Constant graph) was a 46-line IndexError traceback.
 """
 
 from __future__ import annotations
@@ -138,3 +139,18 @@ def test_a_model_with_a_tensor_serve_cannot_pass_is_refused_as_it_starts(
         ServedModel(path, threads=1)
     assert e.value.message == f"{path}: {said}, which dlperf serve cannot pass as a v2 tensor"
     assert e.value.hint is not None and e.value.hint.startswith("it passes tensors of BOOL, ")
+
+
+def test_a_model_without_inputs_is_refused_in_one_line(tmp_path: Path) -> None:
+    value = numpy_helper.from_array(np.ones(3, np.float32), "c")
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["y"], value=value)],
+        "noin",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    path = tmp_path / "noin.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    with pytest.raises(UserError) as e:
+        ServedModel(path, threads=1)
+    assert e.value.message == f"{path} takes no inputs: the v2 protocol has nothing to send it"

@@ -54,7 +54,10 @@ def out_of_memory(said: str, less: str | None) -> OutOfMemory:
 def _check_types(path: Path, inputs: list[Any], outputs: list[Any]) -> None:
     """Refuse, as the server starts, a model with an input or output no v2 datatype carries:
     a sequence or a map (skl2onnx's ZipMap), or a bfloat16 tensor, for which ONNX Runtime takes
-    and gives no numpy array. Served, every request failed (a 500 with a traceback)."""
+    and gives no numpy array. Served, every request failed (a 500 with a traceback). And one
+    without inputs (a constant graph): a request names one input at least."""
+    if not inputs:
+        raise UserError(f"{path} takes no inputs: the v2 protocol has nothing to send it")
     for kind, args in (("input", inputs), ("output", outputs)):
         for arg in args:
             if arg.type not in ORT_TYPES:
