@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import types
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
@@ -1094,8 +1095,12 @@ def _writer_errors_raised_here() -> Iterator[None]:
 
 
 def event_dir_name(run: RunRecord) -> str:
-    """`run-ID-NAME`, the name reduced to characters safe in any file system."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("._")[:60]
+    """`run-ID-NAME`, the name reduced to characters safe in any file system: its letters and
+    digits of every script (an ASCII-only name made "résumé" r_sum_, and 日本 nothing), `.`,
+    `_` and `-`, in NFC (é one letter, not e and its accent), cut to 60 characters and to 180
+    bytes in UTF-8, well inside a file name's 255."""
+    kept = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFC", run.name)).strip("._")[:60]
+    name = kept.encode()[:180].decode(errors="ignore")  # a letter cut in two is dropped
     return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
 

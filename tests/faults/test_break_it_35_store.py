@@ -14,16 +14,22 @@ C3. `Store.frame(run_id, "xy")` walked the string as keys "x" and "y" (their col
 C4. `runs compare` padded every row of its table to the widest cell: one config value of 1 MB
     beside 10^4 keys made gigabytes (nothing printed for minutes). A text cell is cut at
     CELL_CHARS, saying how long it is and that --json holds it whole.
+C5. `runs export --to tensorboard` named a run's event directory with its name's ASCII letters
+    alone: "résumé-lr0.1" as run-3-r_sum_-lr0.1, a name all in é or 日本 as run-1, no name in
+    TensorBoard's list. Its letters and digits are kept, as docs/export.md says, cut to fit a
+    file name.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import dlperf
+from dlperf.exporters import event_dir_name
 from dlperf.report.site import pages
 from dlperf.store import RunStore
 from dlperf.store.query import CELL_CHARS
@@ -101,3 +107,19 @@ def test_c4_compare_cuts_a_long_text_cell_and_says_so(cli: Cli, db: str) -> None
         long,
         None,
     ]
+
+
+def test_c5_a_tensorboard_directory_keeps_a_names_letters_of_every_script(tmp_path: Path) -> None:
+    store = RunStore.open(str(tmp_path / "s.db"))
+    names = ["résumé-lr0.1", "re\u0301sume\u0301", "é" * 200, "日本" * 100, "\U00020000" * 100]
+    names.append("a/b c")
+    runs = [store.get_run(store.create_run(name, "run", {})) for name in names]
+    assert [event_dir_name(run) for run in runs[:3]] == [
+        "run-1-résumé-lr0.1",
+        "run-2-résumé",  # NFC, whose é is one letter
+        "run-3-" + "é" * 60,
+    ]
+    assert event_dir_name(runs[3]) == "run-4-" + "日本" * 30
+    assert event_dir_name(runs[4]).startswith("run-5-\U00020000")
+    assert len(event_dir_name(runs[4]).encode()) <= 255
+    assert event_dir_name(runs[5]) == "run-6-a_b_c"
