@@ -10,6 +10,10 @@
   from its own dry backward, so only the rank that left the layer unused did, and its peer
   waited in backward for a bucket never sent. The ranks now agree on every rank's unused
   parameters before wrapping, and the warning names the ranks of each one not unused on all.
+- C3: model.kwargs holding inf, nan or a TOML date or time trained with the value but were
+  stored as null or an ISO string (JSON has neither), and export, --resume and a distill
+  teacher rebuilt another model from the stored config; a sweep's [inf, nan] hashed alike.
+  They are refused on load now, in one line naming the key.
 """
 
 from __future__ import annotations
@@ -134,3 +138,30 @@ def test_c2_a_forward_that_differs_by_rank_trains_at_a_two_worker_point(
     assert run.status == "finished", run.error
     [said] = [p.read_text() for p in tmp_path.rglob("rank-*.warning")]
     assert "(extra.weight on rank 1, extra.bias on rank 1): DDP runs" in said, said
+
+
+# --- C3: model.kwargs that JSON cannot hold --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("clip = inf", "model.kwargs: clip = inf: JSON has no infinity or NaN"),
+        ("clip = -inf", "model.kwargs: clip = -inf: JSON has no infinity or NaN"),
+        ("deep = {a = [1, nan]}", "model.kwargs: deep.a.1 = nan: JSON has no infinity or NaN"),
+        ("since = 2021-03-04", "model.kwargs: since = 2021-03-04: JSON has no date or time"),
+        ("at = 07:32:00", "model.kwargs: at = 07:32:00: JSON has no date or time"),
+    ],
+)
+def test_c3_model_kwargs_json_cannot_hold_are_refused_on_load(
+    cli: Callable[..., Any], tmp_path: Path, written: str, said: str
+) -> None:
+    """Before: trained with the value, stored as null or an ISO string, and export, --resume
+    and a distill teacher rebuilt the model from the stored one (clamp(max=None) refused,
+    "'str' object has no attribute 'year'")."""
+    exp = tmp_path / "e.toml"
+    exp.write_text(f'[model]\nname = "smallcnn"\n[model.kwargs]\n{written}\n')
+    r = cli("config", "show", str(exp))
+    assert r.code == 2, r.err
+    assert said in r.err, r.err
+    assert "the stored config" in r.err and "\n" not in r.err.strip(), r.err

@@ -8,6 +8,7 @@ experiment and the command's own section(s)."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import hashlib
 import json
@@ -183,6 +184,26 @@ class ModelConfig(Section):
     """new: a fresh head sized for the data's classes; keep: the weights' head too (the same
     classes, e.g. fine-tuning a `dlperf distill` student pre-trained on pseudo-labels)."""
 
+    @field_validator("kwargs")
+    @classmethod
+    def _storable(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # The stored config (JSON) is what export, --resume and a distill teacher rebuild the
+        # model from: inf and nan were stored as null, a TOML date or time as a string, and a
+        # model trained with the value was rebuilt with another (and hashed as another config).
+        for key, value in _leaves(kwargs, ""):
+            if isinstance(value, float) and not math.isfinite(value):
+                lacks = "infinity or NaN"
+            elif isinstance(value, datetime.date | datetime.time):
+                lacks = "date or time"
+            else:
+                continue
+            raise ValueError(
+                f"{key.lstrip('.')} = {_toml_text(value)}: JSON has no {lacks}, and the stored "
+                "config the model is rebuilt from (export, --resume) is JSON (give a number, or "
+                "a string that the factory parses)"
+            )
+        return kwargs
+
     @field_validator("name")
     @classmethod
     def _file_absolute(cls, name: str) -> str:
@@ -215,6 +236,20 @@ class ModelConfig(Section):
         if isinstance(data, dict) and data.get("weights") and "transfer" not in data:
             return {**data, "transfer": "finetune"}
         return data
+
+
+def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
+    """Each value within `value` (tables and arrays, at any depth) and its dotted key."""
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(v, f"{key}.{k}")]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{key}.{i}")]
+    return [(key, value)]
+
+
+def _toml_text(value: Any) -> str:
+    """`value` (a float or a date or time) as TOML writes it: inf, -inf, nan, 2021-03-04."""
+    return value.isoformat() if isinstance(value, datetime.date | datetime.time) else str(value)
 
 
 def refused_model_keys(model: ModelConfig, name: str, honoured: tuple[str, ...]) -> str | None:
