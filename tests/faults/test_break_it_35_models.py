@@ -14,6 +14,12 @@
   stored as null or an ISO string (JSON has neither), and export, --resume and a distill
   teacher rebuilt another model from the stored config; a sweep's [inf, nan] hashed alike.
   They are refused on load now, in one line naming the key.
+- C4: nn.Fold's col2im, which sums overlapping blocks (and is nn.Unfold's backward), was
+  counted as a copy, 0 FLOPs; it counts one add per column value that lands in the image.
+- C5: adaptive pooling was counted one FLOP per input element, right only where the output
+  size divides the input's: its windows overlap otherwise (AdaptiveAvgPool2d(6) on 7x7: 49
+  for the 144 of AvgPool2d(2, 1), the same windows). It counts each window's elements now,
+  as the window pools do, and so does adaptive average pooling's backward.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import pytest
 import torch
 from torch import nn
 
+from dlperf.api import analyze
 from dlperf.distributed import worker
 from dlperf.engine.build import build_model
 from dlperf.errors import UserError
@@ -138,6 +145,72 @@ def test_c2_a_forward_that_differs_by_rank_trains_at_a_two_worker_point(
     assert run.status == "finished", run.error
     [said] = [p.read_text() for p in tmp_path.rglob("rank-*.warning")]
     assert "(extra.weight on rank 1, extra.bias on rank 1): DDP runs" in said, said
+
+
+# --- C5: adaptive pooling's windows, overlapping where the sizes do not divide ------------
+
+
+@pytest.mark.parametrize(
+    ("module", "side", "flops"),
+    [
+        # 7 to 6: six windows of 2 along each side, 12 elements a side: 12 x 12
+        (nn.AdaptiveAvgPool2d(6), 7, 144),
+        # 13 to 5: windows 0-3, 2-6, 5-8, 7-11, 10-13, 3+4+3+4+3 = 17 a side: 17 x 17
+        (nn.AdaptiveMaxPool2d(5), 13, 289),
+        # 1 to 7: seven windows of the one element, 7 a side
+        (nn.AdaptiveAvgPool2d(7), 1, 49),
+        (nn.AdaptiveAvgPool2d(3), 12, 144),  # a size that divides: each element once
+    ],
+)
+def test_c5_adaptive_pooling_counts_the_elements_of_its_windows(
+    module: nn.Module, side: int, flops: int
+) -> None:
+    totals = analyze(module, (1, side, side)).totals
+    assert totals["flops"] == flops  # before: 49, 169, 1 and 144, one per input element
+
+
+def test_c5_adaptive_pooling_agrees_with_the_window_pool_of_its_windows() -> None:
+    x = torch.rand(1, 2, 7, 7)
+    assert torch.equal(nn.AdaptiveAvgPool2d(6)(x), nn.AvgPool2d(2, 1)(x))
+
+    def pooled(pool: nn.Module) -> dict[str, Any]:  # after a layer to train, as train= wants
+        first = nn.Conv3d(1, 1, 1) if "3d" in type(pool).__name__ else nn.Conv2d(2, 2, 1)
+        shape = (1, 5, 7, 11) if "3d" in type(pool).__name__ else (2, 7, 7)
+        layer: dict[str, Any] = analyze(nn.Sequential(first, pool), shape, train=True).layers[1]
+        return layer
+
+    adaptive, window = pooled(nn.AdaptiveAvgPool2d(6)), pooled(nn.AvgPool2d(2, 1))
+    assert adaptive["flops"] == window["flops"] == 2 * 144
+    # the backward spreads each output's gradient over its window, as the window pool's
+    assert adaptive["backward_flops"] == window["backward_flops"] == 2 * 144
+    three = pooled(nn.AdaptiveAvgPool3d((2, 3, 5)))
+    # 5 to 2: 3 + 3; 7 to 3: 3 + 3 + 3; 11 to 5: 3 + 3 + 3 + 3 + 3
+    assert three["flops"] == three["backward_flops"] == 6 * 9 * 15
+
+
+# --- C4: nn.Fold's overlapping sums (col2im), and so nn.Unfold's backward -----------------
+
+
+def test_c4_fold_counts_one_add_per_column_value_that_lands_in_the_image() -> None:
+    # Fold((6, 6), 3, padding=1): along a side, kernel offset 0 lands in the image for 5 of
+    # the 6 block positions, offset 1 for 6, offset 2 for 5: 16; 3 channels x 16 x 16 = 768
+    # (the 972 - 768 column values that fall in the padding are dropped, not added)
+    fold = analyze(nn.Fold((6, 6), 3, padding=1), (27, 36)).layers[0]
+    assert fold["flops"] == 768  # before: 0, and no word
+
+
+def test_c4_unfold_counts_its_backward_sums_and_its_forward_as_a_copy() -> None:
+    net = nn.Sequential(nn.Conv2d(3, 3, 1), nn.Unfold(3, padding=1), nn.Flatten())
+    unfold = analyze(net, (3, 8, 8), train=True).layers[1]
+    assert unfold["flops"] == 0  # im2col copies
+    # col2im of its gradient: 7 + 8 + 7 = 22 a side, 3 channels x 22 x 22
+    assert unfold["backward_flops"] == 3 * 22 * 22  # before: 0
+    fold = nn.Fold((5, 7), (2, 3), stride=(3, 2), dilation=(2, 1), padding=1)
+    # 5 rows: blocks from -1 and 2, offsets 0 and 2: rows -1, 1, 2, 4, of which 3 are in it;
+    # 7 columns: blocks from -1, 1, 3, 5, offsets 0..2: 2 + 3 + 3 + 2 = 10 in it; 3 x 10
+    assert analyze(fold, (6, 8)).totals["flops"] == 30
+    # what folding ones sums to: one per value added in
+    assert fold(torch.ones(1, 6, 8)).sum() == 30
 
 
 # --- C3: model.kwargs that JSON cannot hold --------------------------------------------------

@@ -189,6 +189,41 @@ def pool_backward(args: Sequence[Any], out: Any) -> Cost:
     return Cost(0, _window(args[1:]) * args[0].numel())
 
 
+def _adaptive_windows(x: Any, pooled: Any, dims: int) -> int:
+    """The input elements all windows of an adaptive pool of `x` to `pooled` (tensors or
+    their shapes' holders) over the last `dims` dimensions hold, one per window element per
+    output. Window i of n_out over n_in spans floor(i * n_in / n_out) to
+    ceil((i + 1) * n_in / n_out): they overlap where n_out does not divide n_in (6 of 7 read
+    2 each), and one per input element undercounted them (AdaptiveAvgPool2d(6) on 7x7: 49
+    for the 144 its equal AvgPool2d(2, 1) counts)."""
+    sides = zip(x.shape[-dims:], pooled.shape[-dims:], strict=True)
+    read = [
+        sum(-(-(i + 1) * n_in // n_out) - i * n_in // n_out for i in range(n_out))
+        for n_in, n_out in sides
+    ]
+    return int(prod(pooled.shape[:-dims]) * prod(read))
+
+
+def adaptive_pool(dims: int) -> Handler:
+    """Adaptive average or max pooling over `dims` dimensions: one add or compare per window
+    element per output, as a window pool's."""
+
+    def handler(args: Sequence[Any], out: Any) -> Cost:
+        return Cost(0, _adaptive_windows(args[0], _first(out), dims))
+
+    return handler
+
+
+def adaptive_pool_backward(dims: int) -> Handler:
+    """Adaptive average pooling's backward (grad_output, input): each output's gradient spread
+    over its window, as avg_pool's backward."""
+
+    def handler(args: Sequence[Any], out: Any) -> Cost:
+        return Cost(0, _adaptive_windows(args[1], args[0], dims))
+
+    return handler
+
+
 max_pool_backward = per_input(ELEMENTWISE)
 """A window max pool's backward (grad_output, input, ...): each output's gradient added into
 the input position its max came from, one add per output gradient."""
@@ -265,6 +300,20 @@ def index_add(args: Sequence[Any], out: Any) -> Cost:
     return Cost(0, args[3].numel())
 
 
+def col2im(args: Sequence[Any], out: Any) -> Cost:
+    """col2im(columns, output_size, kernel_size, dilation, padding, stride), nn.Fold and
+    nn.Unfold's backward: one add per column value that lands in the image, overlapping
+    blocks summed (those in the padding are dropped). Not a copy as im2col is: it was counted
+    0, and a Fold of overlapping blocks computed nothing."""
+    columns, size, kernel, dilation, padding, stride = args[:6]
+    landing = 1
+    for side, k, d, p, s in zip(size, kernel, dilation, padding, stride, strict=True):
+        blocks = (side + 2 * p - d * (k - 1) - 1) // s + 1
+        landing *= sum(0 <= b * s - p + i * d < side for b in range(blocks) for i in range(k))
+    channels = columns.shape[-2] // prod(kernel)
+    return Cost(0, prod(columns.shape[:-2]) * channels * landing)
+
+
 HANDLERS: dict[str, Handler] = {
     "convolution": convolution,
     "_convolution": convolution,
@@ -313,12 +362,12 @@ HANDLERS: dict[str, Handler] = {
     "avg_pool2d_backward": pool_backward,
     "avg_pool3d_backward": pool_backward,
     **dict.fromkeys(MAX_POOL_BACKWARD, max_pool_backward),
-    "_adaptive_avg_pool2d": per_input(ELEMENTWISE),
-    "_adaptive_avg_pool3d": per_input(ELEMENTWISE),
-    "adaptive_max_pool2d": per_input(ELEMENTWISE),
-    "adaptive_max_pool3d": per_input(ELEMENTWISE),
-    "_adaptive_avg_pool2d_backward": per_output(ELEMENTWISE),
-    "_adaptive_avg_pool3d_backward": per_output(ELEMENTWISE),
+    "_adaptive_avg_pool2d": adaptive_pool(2),
+    "_adaptive_avg_pool3d": adaptive_pool(3),
+    "adaptive_max_pool2d": adaptive_pool(2),
+    "adaptive_max_pool3d": adaptive_pool(3),
+    "_adaptive_avg_pool2d_backward": adaptive_pool_backward(2),
+    "_adaptive_avg_pool3d_backward": adaptive_pool_backward(3),
     "adaptive_max_pool2d_backward": per_input(ELEMENTWISE),
     "adaptive_max_pool3d_backward": per_input(ELEMENTWISE),
     "sum": per_input(ELEMENTWISE),
@@ -341,6 +390,7 @@ HANDLERS: dict[str, Handler] = {
     "scatter_add": scatter_reduce,
     "scatter_reduce": scatter_reduce,
     "index_add": index_add,
+    "col2im": col2im,
     "embedding_dense_backward": per_input(ELEMENTWISE),  # sums the gradients of each row
 }
 
@@ -487,7 +537,6 @@ IGNORED: frozenset[str] = frozenset(
         "pixel_unshuffle",
         "channel_shuffle",
         "im2col",
-        "col2im",
         "empty",
         "empty_like",
         "empty_strided",
