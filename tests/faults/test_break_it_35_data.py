@@ -10,6 +10,10 @@ C2: an experiment that set data.root but not data.name trained on the default, t
 digits, never reading the user's file, without a word; synthetic's shape, num_classes and size
 set for another set were ignored as silently. Each such key is a warning now (the reader's
 notes), guessing data.name for an .npz file or a folder with train/.
+
+C5: `detect run --out` saved every image of one stem (cam1/0001.jpg, cam2/0001.jpg,
+cam2/0001.png) as one NAME.det.png, each overwriting the one before, "saved" said for each.
+Such images are refused before any is read, naming them and the file they would share.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pytest
 
 from dlperf.config import DataConfig
 from dlperf.data import load_data
+from dlperf.detect import ssd
 from dlperf.errors import UserError
 
 # --- C1: data.root with $VAR or a file:// URL -------------------------------------------
@@ -124,3 +129,27 @@ def test_c2_synthetic_keys_set_for_another_set_are_said_to_be_unread() -> None:
 
 def test_c2_keys_at_their_defaults_say_nothing() -> None:
     assert load_data(DataConfig(name="digits")).notes == []
+
+
+# --- C5: detect run --out, two images of one stem ------------------------------------------
+
+
+def test_c5_two_images_of_one_stem_are_refused_before_any_is_annotated(tmp_path: Path) -> None:
+    images = [tmp_path / "cam1" / "0001.jpg", tmp_path / "cam2" / "0001.jpg"]
+    images.append(tmp_path / "cam2" / "0001.png")
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as caught:  # before the model is opened: none is needed
+        ssd.run(tmp_path / "no.onnx", images, out_dir=out)
+    assert caught.value.message == (
+        f"--out: {images[0]}, {images[1]} and {images[2]} would each be saved as "
+        f"{out / '0001.det.png'}, each overwriting the one before"
+    )
+    assert caught.value.hint == "give the images of one name in runs of their own, each its --out"
+    assert not out.exists()
+
+
+def test_c5_one_image_given_twice_is_one_name(tmp_path: Path) -> None:
+    image = tmp_path / "a.png"
+    with pytest.raises(UserError) as caught:
+        ssd.run(tmp_path / "no.onnx", [image, tmp_path / "." / "a.png"], out_dir=tmp_path / "o")
+    assert "would each be saved" not in caught.value.message  # the model's own refusal

@@ -18,6 +18,7 @@ symbolic), so that is the exporter used here, with opset 17.
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -490,6 +491,28 @@ def draw(
     return out
 
 
+def _annotated(path: Path, out_dir: Path) -> Path:
+    """Where `run` saves image `path`'s annotated copy."""
+    return out_dir / f"{path.stem}.det.png"
+
+
+def _refuse_one_name(images: list[Path], out_dir: Path) -> None:
+    """Refuse, before any is written, images whose annotated copies share a name (one stem in
+    two folders, or two extensions): each overwrote the one before, every one "saved". One
+    file given twice is one copy."""
+    by_target: dict[Path, dict[str, Path]] = {}
+    for path in images:
+        by_target.setdefault(_annotated(path, out_dir), {})[os.path.abspath(path)] = path
+    for target, named in by_target.items():
+        if len(named) > 1:
+            given = [str(p) for p in named.values()]
+            raise UserError(
+                f"--out: {', '.join(given[:-1])} and {given[-1]} would each be saved as "
+                f"{target}, each overwriting the one before",
+                "give the images of one name in runs of their own, each its --out",
+            )
+
+
 def run(
     model_path: Path,
     images: list[Path],
@@ -501,6 +524,8 @@ def run(
     pixels; with `out_dir`, an annotated PNG per image."""
     if not 0 <= score_threshold <= 1:
         raise UserError(f"--score-threshold {score_threshold} is not in [0, 1]")
+    if out_dir is not None:
+        _refuse_one_name(images, out_dir)
     meta, sess = runtime.open_model(
         model_path, "detection", "a detector", "use dlperf infer", threads
     )
@@ -533,7 +558,7 @@ def run(
             "detections": detections,
         }
         if out_dir is not None:
-            target = out_dir / f"{path.stem}.det.png"
+            target = _annotated(path, out_dir)
             draw(image, detections, str(path)).save(target)
             result["annotated"] = str(target)
         results.append(result)
