@@ -15,6 +15,7 @@ from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
 from tests.deploy.test_kserve import mixed_model
 from tests.deploy.test_server import plain_model, tiny_classifier, tiny_detector
+from tests.faults.test_break_it_35_serve import REQUESTS, flattening
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +187,15 @@ def test_every_input_is_needed_and_all_share_the_batch(mixed: ServedModel) -> No
     (out,) = mixed.run([feeds])
     assert out["total"].tolist() == [[3.0, 3.0], [3.0, 3.0]]  # 1 + 1 + 1 where flag holds
     assert out["text_out"].tolist() == ["t", "t"]
+
+
+def test_a_batch_whose_output_lacks_its_rows_stops_the_batching(tmp_path: Path) -> None:
+    """y is declared [N] but is 3 N long: the first batch finds it out and runs each request
+    alone; later requests run alone from the start (not batched and run again every time),
+    and metadata and config stop advertising batching."""
+    served = ServedModel(flattening(tmp_path / "lies.onnx", ["N"]), threads=1)
+    assert served.batchable
+    assert [a["y"].tolist() for a in served.run(REQUESTS)] == [[1, 2, 3], [4, -5, 6]]
+    assert not served.batchable
+    assert served.note == ("output 'y' had 6 rows for a batch of 2: requests run one at a time")
+    assert served.config(8, 5, 16)["max_batch_size"] == 0

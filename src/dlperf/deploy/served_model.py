@@ -169,10 +169,18 @@ class ServedModel:
         feeds = {i.name: np.concatenate([p[i.name] for p in payloads]) for i in self.inputs}
         outputs = self._call(feeds)
         rows = [len(p[self.inputs[0].name]) for p in payloads]
-        if any(len(o) != sum(rows) for o in outputs):
-            # The file declares an output of the batch's rows that has not: split, each client
-            # would get a slice of everyone's results. Each request runs alone instead.
-            return [dict(zip(self.output_names, self._call(p), strict=True)) for p in payloads]
+        for name, o in zip(self.output_names, outputs, strict=True):
+            if o.shape[:1] != (sum(rows),):
+                # The file declares an output of the batch's rows that has not: split, each
+                # client would get a slice of everyone's results. Each request runs alone, this
+                # batch's and every later one's (batched, each batch would run twice).
+                self.batchable = False
+                had = o.shape[0] if o.shape else "no"
+                self.note = (
+                    f"output '{name}' had {had} rows for a batch of {sum(rows)}: requests run "
+                    "one at a time"
+                )
+                return self._run(payloads)
         parts = [np.split(o, np.cumsum(rows)[:-1]) for o in outputs]
         return [dict(zip(self.output_names, row, strict=True)) for row in zip(*parts, strict=True)]
 
