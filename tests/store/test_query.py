@@ -293,6 +293,18 @@ def test_compare_lists_what_differs_and_every_result() -> None:
     assert "throughput" not in rows  # a result no run has
 
 
+def test_compare_shows_a_list_as_its_cell_cut_past_cell_chars_and_text_apart_from_it() -> None:
+    # A list's cell was padded whole into every row (20,000 items beside 300 keys: 40 MB),
+    # and text "1, 2" read as the list [1, 2] (round 35 C1 and C4, their list case).
+    a = run(1, config={"v": list(range(20_000)), "s": [1, 2], "e": []})
+    b = run(2, config={"s": "1, 2", "e": "x"})
+    rows = {row.label: row.values for row in compare(FakeStore([a, b]), [1, 2]).rows()}  # type: ignore[arg-type]
+    cut = ", ".join(map(str, range(20_000)))[: query.CELL_CHARS]
+    assert rows["v"] == [f"{cut}... (20,000 items; --json holds it whole)", None]
+    assert rows["s"] == ["1, 2", "'1, 2'"]
+    assert rows["e"] == [None, "x"]  # an empty list's cell is "-", as runs show has it
+
+
 def test_compare_takes_ids_or_a_study_and_at_least_two_runs() -> None:
     store = FakeStore([run(1), run(2), run(3)], studies={4: [3, 1], 5: [2]})
     assert compare(store, study=4).run_ids == [1, 3]  # type: ignore[arg-type]

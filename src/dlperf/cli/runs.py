@@ -12,7 +12,6 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_listing, open_store, state
 from dlperf.errors import UserError
-from dlperf.formatting import fmt
 from dlperf.parsing import flatten, name_text
 
 runs_app = typer.Typer(
@@ -75,9 +74,9 @@ def runs_list(
 
 def _plain(value: Any) -> Any:
     """A stored value as a table shows it: lists as 'a, b', empty ones as '-'."""
-    if isinstance(value, list | tuple):
-        return ", ".join(fmt(v) for v in value) or None
-    return value
+    from dlperf.store.query import list_cell
+
+    return list_cell(value) if isinstance(value, list | tuple) else value
 
 
 def transfer_notes(summary: dict[str, Any]) -> list[str]:

@@ -812,27 +812,48 @@ class Comparison:
 def _apart(values: list[Any]) -> list[Any]:
     """`values` as a table shows them, text by `name_text`: "a" and "a " read apart (a table
     pads its cells with spaces), 'a '; and so does text beside a value whose cell it reads as
-    ("1" and 1, "yes" and True, "-" and None), '1'."""
+    ("1" and 1, "yes" and True, "-" and None, "1, 2" and [1, 2]), '1'. A list is its cell
+    (`list_cell`). A cell past CELL_CHARS is cut, saying so."""
     typed = any(v is not None and not isinstance(v, str) for v in values)
-    return [_text_cell(v, typed) if isinstance(v, str) else v for v in values]
+    lists = {list_cell(v) for v in values if isinstance(v, list | tuple)}
+    return [
+        _text_cell(v, typed, lists) if isinstance(v, str)
+        else _list_text(v) if isinstance(v, list | tuple)
+        else v
+        for v in values
+    ]  # fmt: skip
 
 
-# Of a text value in `runs compare`'s table: its every row was padded to the widest cell (a
-# config value of 1 MB and 10^4 keys made gigabytes). --json holds a value whole.
+def list_cell(value: list[Any] | tuple[Any, ...]) -> str | None:
+    """A list as a table shows it: 'a, b'; an empty one None, shown "-"."""
+    return ", ".join(fmt(v) for v in value) or None
+
+
+# Of a text or list value in `runs compare`'s table: its every row was padded to the widest
+# cell (a config value of 1 MB and 10^4 keys made gigabytes). --json holds a value whole.
 CELL_CHARS = 200
 
 
-def _text_cell(text: str, typed: bool) -> str:
+def _cut(cell: str, size: str) -> str:
+    """`cell` cut at CELL_CHARS, saying how big the value was (`size`)."""
+    return f"{cell[:CELL_CHARS]}... ({size}; --json holds it whole)"
+
+
+def _list_text(value: list[Any] | tuple[Any, ...]) -> str | None:
+    cell = list_cell(value)
+    return _cut(cell, f"{len(value):,} items") if cell and len(cell) > CELL_CHARS else cell
+
+
+def _text_cell(text: str, typed: bool, lists: set[str | None]) -> str:
     """`text` by `name_text`, quoted where it reads as a cell `fmt` shows another value as:
-    - (None), and beside values other than text (`typed`), yes/no or a number (1e+25, inf);
-    past CELL_CHARS cut, saying so."""
+    - (None), and beside values other than text (`typed`), yes/no or a number (1e+25, inf),
+    or a list's cell of `lists`; past CELL_CHARS cut, saying so."""
     if len(text) > CELL_CHARS:
-        cut = name_text(text[:CELL_CHARS])
-        return f"{cut}... ({len(text):,} characters; --json holds it whole)"
+        return _cut(name_text(text[:CELL_CHARS]), f"{len(text):,} characters")
     shown = name_text(text)
     if shown != text:  # quoted already
         return shown
-    if text == "-" or (typed and (text in ("yes", "no") or _number_text(text))):
+    if text == "-" or text in lists or (typed and (text in ("yes", "no") or _number_text(text))):
         return f"'{text}'"
     return text
 
