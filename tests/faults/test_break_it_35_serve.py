@@ -13,12 +13,14 @@ C3: serve started a plain ONNX model with an output it cannot return (a sequence
 ZipMap map, a bfloat16 tensor, which ONNX Runtime gives no numpy array for), described it with
 ONNX Runtime's type names (`TYPE_seq(tensor(float))`), and answered every inference 500 with
 a traceback in its log.
+C5: `detect export --size 0` exported at the model's own size (320), where -32 and 33 were refused.
 C6: serve of an ONNX model with no inputs (a Constant graph) was a 46-line IndexError traceback.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
 from dlperf.procs import Supervisor
+from tests.conftest import CliResult
 from tests.deploy.test_server import OPSET
 
 
@@ -154,3 +157,13 @@ def test_a_model_without_inputs_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
         ServedModel(path, threads=1)
     assert e.value.message == f"{path} takes no inputs: the v2 protocol has nothing to send it"
+
+
+def test_detect_export_refuses_size_0_as_it_refuses_33(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    r = cli("detect", "export", "--size", "0", "--out", str(tmp_path / "s.onnx"))
+    assert (r.code, r.err) == (
+        2,
+        "error: input size 0 not supported (use a multiple of 32 in 96..640)\n",
+    )

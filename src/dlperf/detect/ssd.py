@@ -170,7 +170,8 @@ def build(
             "give --weights with qfgaohao/pytorch-ssd's mb1-ssd checkpoint",
         )
     checkpoint, state = _read_weights(weights, name) if weights is not None else ({}, None)
-    size = size or checkpoint.get("size") or MODELS[name]
+    if size is None:  # not `or`: --size 0 is refused as 33 is, not taken as the default
+        size = checkpoint.get("size") or MODELS[name]
     check_size(name, size)
     labels = labels or checkpoint.get("labels") or (None if pretrained else fallback_labels)
     if pretrained:
