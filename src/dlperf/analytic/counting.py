@@ -1194,6 +1194,9 @@ ROLES: tuple[tuple[type[nn.Module] | tuple[type[nn.Module], ...], str], ...] = (
             nn.modules.pooling._AdaptiveAvgPoolNd,
             nn.modules.pooling._AdaptiveMaxPoolNd,
             nn.modules.pooling._LPPoolNd,
+            # subclass nn.Module directly, not one of the bases above
+            nn.FractionalMaxPool2d,
+            nn.FractionalMaxPool3d,
         ),
         "pool",
     ),
@@ -1202,7 +1205,7 @@ ROLES: tuple[tuple[type[nn.Module] | tuple[type[nn.Module], ...], str], ...] = (
 
 
 FUNCTIONAL_LAYERS = re.compile(
-    r"conv(_transpose)?[123]d|linear|(max|avg|lp|adaptive_avg|adaptive_max)_pool[123]d"
+    r"conv(_transpose)?[123]d|linear|(max|avg|lp|adaptive_avg|adaptive_max|fractional_max)_pool[123]d"
     r"(_with_indices)?"
 )
 """The torch-level functions the layers of ROLES call (their names as a torch function mode
