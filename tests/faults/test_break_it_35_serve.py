@@ -13,6 +13,8 @@ C3: serve started a plain ONNX model with an output it cannot return (a sequence
 ZipMap map, a bfloat16 tensor, which ONNX Runtime gives no numpy array for), described it with
 ONNX Runtime's type names (`TYPE_seq(tensor(float))`), and answered every inference 500 with
 a traceback in its log.
+C4: `detect export --num-classes 99999999999` built the heads until memory ran out (11 GB in
+200 s, no line; under a ulimit the limit was blamed).
 C5: `detect export --size 0` exported at the model's own size (320), where -32 and 33 were refused.
 C6: serve of an ONNX model with no inputs (a Constant graph) was a 46-line IndexError traceback.
 """
@@ -157,6 +159,17 @@ def test_a_model_without_inputs_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
         ServedModel(path, threads=1)
     assert e.value.message == f"{path} takes no inputs: the v2 protocol has nothing to send it"
+
+
+def test_detect_export_refuses_a_class_count_no_machine_holds(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    r = cli("detect", "export", "--num-classes", "99999999999", "--out", str(tmp_path / "n.onnx"))
+    assert (r.code, r.err) == (
+        2,
+        "error: --num-classes 99999999999: at most 10,000 (LVIS, the largest common detection "
+        "set, has 1,203; ssd300_vgg16's heads take 134k parameters a class)\n",
+    )
 
 
 def test_detect_export_refuses_size_0_as_it_refuses_33(

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from PIL import Image
 
 MODELS = {"ssdlite320_mobilenet_v3_large": 320, "ssd300_vgg16": 300, "ssd300_mobilenet_v1": 300}
+# The most classes a detector is built with: the heads grow with them (ssd300_vgg16's by 134k
+# parameters a class), and 99,999,999,999 grew until memory ran out, without a word.
+MAX_CLASSES = 10_000
 # Run at their native size only: VGG16's layers and mb1-ssd's table of default boxes fix it.
 NATIVE_SIZE_ONLY = ("ssd300_vgg16", "ssd300_mobilenet_v1")
 OUTPUTS = ("boxes", "scores", "labels")
@@ -188,6 +191,12 @@ def build(
     num_classes = num_classes or checkpoint.get("num_classes") or fallback
     if num_classes < 2:
         raise UserError(f"--num-classes {num_classes}: a detector needs 2 or more (background + 1)")
+    if num_classes > MAX_CLASSES:
+        raise UserError(
+            f"--num-classes {num_classes}: at most {MAX_CLASSES:,}",
+            "LVIS, the largest common detection set, has 1,203; ssd300_vgg16's heads take 134k "
+            "parameters a class",
+        )
     labels = labels or default_labels(num_classes)
     if len(labels) != num_classes:
         raise UserError(
