@@ -180,6 +180,18 @@ def test_tensorboard_export_reads_back(run: tuple[RunStore, int], tmp_path: Path
         assert [e.wall_time for e in scalars] == pytest.approx([w for _, _, w in stored])
 
 
+def test_a_tensorboard_directory_keeps_the_marks_of_a_names_letters(store: RunStore) -> None:
+    # \w keeps letters of every script but not their marks: हिन्दी was run-1-ह_न_द, the
+    # vowel signs gone, and Arabic's short vowels each an underscore.
+    names = ["हिन्दी", "العَرَبِيَّة", "a b\tc"]
+    runs = [store.get_run(store.create_run(name, "run", {})) for name in names]
+    assert [exporters.event_dir_name(run)[len(f"run-{run.id}-") :] for run in runs] == [
+        "हिन्दी",
+        "العَرَبِيَّة",
+        "a_b_c",
+    ]
+
+
 def test_json_maps_runs_to_where_they_went(store: RunStore, mlflow_uri: str, cli: Cli) -> None:
     ids = [store.create_run(n, "run", {"seed": i}, None, {"host": "h"}) for i, n in enumerate("ab")]
     for run_id in ids:

@@ -1094,12 +1094,19 @@ def _writer_errors_raised_here() -> Iterator[None]:
         threading.excepthook = before
 
 
+def _mark(c: str) -> bool:
+    """Whether `c` is a combining mark (Unicode category M*): part of the letter before it."""
+    return unicodedata.category(c).startswith("M")
+
+
 def event_dir_name(run: RunRecord) -> str:
     """`run-ID-NAME`, the name reduced to characters safe in any file system: its letters and
-    digits of every script (an ASCII-only name made "résumé" r_sum_, and 日本 nothing), `.`,
-    `_` and `-`, in NFC (é one letter, not e and its accent), cut to 60 characters and to 180
-    bytes in UTF-8, well inside a file name's 255."""
-    kept = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFC", run.name)).strip("._")[:60]
+    digits of every script (an ASCII-only name made "résumé" r_sum_, and 日本 nothing) with
+    their marks (हिन्दी's vowel signs, Arabic's short vowels), `.`, `_` and `-`, in NFC (é one
+    letter, not e and its accent), cut to 60 characters and to 180 bytes in UTF-8, well inside
+    a file name's 255."""
+    safe = "".join(c if c.isalnum() or c in "._-" or _mark(c) else " " for c in run.name)
+    kept = "_".join(unicodedata.normalize("NFC", safe).split()).strip("._")[:60]
     name = kept.encode()[:180].decode(errors="ignore")  # a letter cut in two is dropped
     return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
