@@ -243,7 +243,7 @@ def test_compare_and_legends_judge_config_values_equal_as_where_does(store_url: 
     # a bool is never a number, as --where holds (flag=1 selects run 2 alone)
     assert compare(store, ids).config_diff == {"flag": [True, 1], "n": [1, 2]}
     labels = legend_labels(store.list_runs())
-    assert all(label.endswith(("(flag=1, n=2)", "(flag=True, n=1)")) for label in labels)
+    assert all(label.endswith(("(flag=1, n=2)", "(flag=true, n=1)")) for label in labels)
     store.engine.dispose()
 
 

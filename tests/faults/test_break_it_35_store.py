@@ -3,7 +3,8 @@
 C1. `runs compare` printed a config's text as its number, bool or null prints ("1" and 1 as
     1, "yes" and True as yes, "-" and None as -): a key listed as differing with identical
     cells; `runs show` printed text "-" as a missing value's "-". Text that reads as another
-    value's cell is quoted: '1', 'yes', '-' in compare, "-" in show.
+    value's cell is quoted: '1', 'yes', '-' in compare, "-" in show. And `runs plot`'s legends
+    (x=1 for 1 and "1", x=- for "-" and a key the run lacks): a value as --set takes it, x="1".
 C2. `report`'s page of a dlperf.track run folded its config as an experiment's when a key
     matched one of the experiment's (train.lr): keys at the experiment's defaults folded away,
     keys "not used by this run" (data.shape without data.name = "synthetic") left out. A
@@ -30,6 +31,7 @@ import pytest
 
 import dlperf
 from dlperf.exporters import event_dir_name
+from dlperf.report.runs import legend_labels
 from dlperf.report.site import pages
 from dlperf.store import RunStore
 from dlperf.store.query import CELL_CHARS
@@ -66,6 +68,19 @@ def test_c1_config_text_reads_apart_from_a_number_bool_or_null_in_compare_and_sh
     shown = _cells(cli("runs", "show", "2").out)
     assert shown["n"] == ['"-"'] and shown["x"] == ['"1"']
     assert _cells(cli("runs", "show", "1").out)["n"] == ["-"]
+
+
+def test_c1_legends_tell_config_text_from_a_number_bool_or_a_missing_key(tmp_path: Path) -> None:
+    store = RunStore.open(str(tmp_path / "s.db"))
+    configs = [{"x": 1, "b": True, "n": "-"}, {"x": "1", "b": "true"}, {"x": 2.5, "b": "yes"}]
+    for i, config in enumerate(configs):
+        store.create_run(f"r{i}", "run", config)
+    labels = legend_labels(sorted(store.list_runs(), key=lambda run: run.id))
+    assert labels == [
+        'run 1: r0 (b=true, n="-", x=1)',
+        'run 2: r1 (b="true", n=-, x="1")',
+        "run 3: r2 (b=yes, n=-, x=2.5)",
+    ]
 
 
 def test_c2_the_report_shows_a_tracked_runs_config_whole(db: str) -> None:

@@ -26,7 +26,7 @@ from dlperf.parsing import did_you_mean, flatten, one_line, stored_as
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
-from dlperf.store.query import differing_keys, tracked
+from dlperf.store.query import differing_keys, setting, tracked
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import garbled_metrics
 from dlperf.store.schema import Metric
@@ -150,9 +150,12 @@ def left_out_note(ax: Any, gone: int) -> None:
 
 
 def _short(value: Any) -> str:
-    """A config value as a legend shows it: its head, or for a path its tail, within
-    VALUE_CHARS."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+    """A config value as a legend shows it: as --set takes it (`setting`: 1 and "1" read
+    apart, as x=1 and x="1"), None as "-" as a key the run lacks; its head, or for a path its
+    tail, within VALUE_CHARS."""
+    if value is None:
+        return "-"
+    text = f"{value:g}" if isinstance(value, float) else setting(value)
     if len(text) <= VALUE_CHARS:
         return text
     if "/" in text:
@@ -170,7 +173,7 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
     for run, config in zip(runs, flat, strict=True):
         label = f"run {run.id}: {one_line(run.name)}"  # a name stored before U+202E was refused
         if keys:
-            told = [f"{k}={_short(config.get(k, '-'))}" for k in keys[:MOST_KEYS]]
+            told = [f"{k}={_short(config.get(k))}" for k in keys[:MOST_KEYS]]
             if len(keys) > MOST_KEYS:
                 told.append(f"+{len(keys) - MOST_KEYS} more")
             label += f" ({', '.join(told)})"
