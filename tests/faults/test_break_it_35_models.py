@@ -69,12 +69,12 @@ def test_c1_float16_parameters_under_fp16_are_refused_up_front(tmp_path: Path) -
     with pytest.raises(UserError) as caught:
         build_model(exp, FakeData(), torch.device("cpu"))  # type: ignore[arg-type]
     assert caught.value.message == (
-        f"model '{name}': its trained parameters mid.weight, mid.bias are float16, whose "
-        'gradients run.precision = "fp16"\'s gradient scaler cannot unscale'
+        f"model '{name}': its trained parameters mid.weight, mid.bias (float16) have "
+        'gradients that run.precision = "fp16"\'s gradient scaler cannot unscale'
     )
     assert caught.value.hint == (
-        "build them in float32, which autocast runs in float16 as it trains, or set "
-        'run.precision = "bf16"'
+        'set run.precision = "bf16", which needs no scaler, or build float16 ones in '
+        "float32, which autocast runs in float16 as it trains"
     )
 
 

@@ -406,18 +406,23 @@ def no_gradient(what: str, unused: list[str], most: int) -> str:
 
 def check_scaled_dtypes(model: nn.Module, name: str, precision: str) -> None:
     """Refuse model `name` under run.precision = "fp16" when it trains float16 parameters (a
-    layer built .half() that its forward casts to): the fp16 gradient scaler unscales float32
-    gradients only, and the run ended in its traceback ("Attempting to unscale FP16
-    gradients") after the dry checks had passed it. Frozen ones take no gradient."""
+    layer built .half() that its forward casts to) or complex ones, whose gradients the fp16
+    gradient scaler cannot unscale: the run ended in its traceback ("Attempting to unscale
+    FP16 gradients", "not implemented for 'ComplexFloat'") after the dry checks had passed
+    it. Frozen ones take no gradient."""
     if precision != "fp16":
         return
-    half = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype == torch.float16]
-    if half:
+    unscalable: dict[str, list[str]] = {}  # names by dtype, in the model's order
+    for n, p in model.named_parameters():
+        if p.requires_grad and (p.dtype == torch.float16 or p.is_complex()):
+            unscalable.setdefault(str(p.dtype).removeprefix("torch."), []).append(n)
+    if unscalable:
+        names = ", ".join(f"{few(them)} ({dtype})" for dtype, them in unscalable.items())
         raise UserError(
-            f"model {name}: its trained parameters {few(half)} are float16, whose gradients "
+            f"model {name}: its trained parameters {names} have gradients that "
             'run.precision = "fp16"\'s gradient scaler cannot unscale',
-            "build them in float32, which autocast runs in float16 as it trains, or set "
-            'run.precision = "bf16"',
+            'set run.precision = "bf16", which needs no scaler, or build float16 ones in '
+            "float32, which autocast runs in float16 as it trains",
         )
 
 
