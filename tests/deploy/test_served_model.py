@@ -7,15 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper
 
 from dlperf.deploy import meta
-from dlperf.deploy.protocol import InferRequest
+from dlperf.deploy.protocol import DATATYPES, InferRequest
 from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
 from tests.deploy.test_kserve import mixed_model
-from tests.deploy.test_server import plain_model, tiny_classifier, tiny_detector
-from tests.faults.test_break_it_35_serve import REQUESTS, flattening
+from tests.deploy.test_server import OPSET, plain_model, tiny_classifier, tiny_detector
+from tests.faults.test_break_it_35_serve import REQUESTS, UNSERVABLE, flattening
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +201,25 @@ def test_a_batch_whose_output_lacks_its_rows_stops_the_batching(tmp_path: Path) 
     assert not served.batchable
     assert served.note == ("output 'y' had 6 rows for a batch of 2: requests run one at a time")
     assert served.config(8, 5, 16)["max_batch_size"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "fix"),
+    [
+        ("seq", "change the graph to give a tensor there"),
+        ("zipmap", "convert the model to give a tensor, as skl2onnx does with zipmap=False"),
+        ("bf16_in", "cast it to one of them in the graph"),
+    ],
+)
+def test_an_unservable_tensor_is_told_the_fix_that_fits_it(
+    tmp_path: Path, kind: str, fix: str
+) -> None:
+    """An input is not "given", and zipmap=False mends skl2onnx's map, not a bfloat16."""
+    nodes, x, y, _ = UNSERVABLE[kind]
+    opsets = [*OPSET, helper.make_opsetid("ai.onnx.ml", 1)]
+    path = tmp_path / f"{kind}.onnx"
+    graph = helper.make_graph(nodes, kind, [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=opsets, ir_version=10), path)
+    with pytest.raises(UserError) as e:
+        ServedModel(path, threads=1)
+    assert e.value.hint == f"it passes tensors of {', '.join(DATATYPES)} only; {fix}"

@@ -60,13 +60,19 @@ def _check_types(path: Path, inputs: list[Any], outputs: list[Any]) -> None:
         raise UserError(f"{path} takes no inputs: the v2 protocol has nothing to send it")
     for kind, args in (("input", inputs), ("output", outputs)):
         for arg in args:
-            if arg.type not in ORT_TYPES:
-                raise UserError(
-                    f"{path}: {kind} '{arg.name}' is a {arg.type}, which dlperf serve cannot "
-                    "pass as a v2 tensor",
-                    f"it passes tensors of {', '.join(DATATYPES)} only; change the graph to "
-                    "give one, as skl2onnx does with zipmap=False",
-                )
+            if arg.type in ORT_TYPES:
+                continue
+            if arg.type.startswith("tensor("):
+                fix = "cast it to one of them in the graph"
+            elif "map(" in arg.type and kind == "output":
+                fix = "convert the model to give a tensor, as skl2onnx does with zipmap=False"
+            else:
+                fix = f"change the graph to {'take' if kind == 'input' else 'give'} a tensor there"
+            raise UserError(
+                f"{path}: {kind} '{arg.name}' is a {arg.type}, which dlperf serve cannot pass "
+                "as a v2 tensor",
+                f"it passes tensors of {', '.join(DATATYPES)} only; {fix}",
+            )
 
 
 def _not_batched(inputs: list[Any], outputs: list[Any]) -> str | None:
