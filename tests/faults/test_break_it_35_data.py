@@ -14,10 +14,15 @@ notes), guessing data.name for an .npz file or a folder with train/.
 C5: `detect run --out` saved every image of one stem (cam1/0001.jpg, cam2/0001.jpg,
 cam2/0001.png) as one NAME.det.png, each overwriting the one before, "saved" said for each.
 Such images are refused before any is read, naming them and the file they would share.
+
+C7: an empty data.root ("" in a TOML template, `--set data.root=`) was the current directory
+(Path("") is "."): npz said ": not a readable .npz file ... a relative data.root", imagefolder
+read the train/ and val/ of wherever the command ran. It is refused on load.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +32,7 @@ from dlperf.config import DataConfig
 from dlperf.data import load_data
 from dlperf.detect import ssd
 from dlperf.errors import UserError
+from tests.conftest import CliResult
 
 # --- C1: data.root with $VAR or a file:// URL -------------------------------------------
 
@@ -153,3 +159,19 @@ def test_c5_one_image_given_twice_is_one_name(tmp_path: Path) -> None:
     with pytest.raises(UserError) as caught:
         ssd.run(tmp_path / "no.onnx", [image, tmp_path / "." / "a.png"], out_dir=tmp_path / "o")
     assert "would each be saved" not in caught.value.message  # the model's own refusal
+
+
+# --- C7: an empty data.root ---------------------------------------------------------------
+
+
+def test_c7_an_empty_data_root_is_refused(cli: Callable[..., CliResult]) -> None:
+    """Before: npz said ": not a readable .npz file ... a relative data.root", and
+    imagefolder read the train/ and val/ of wherever the command ran."""
+    r = cli("data", "describe", "imagefolder", "--set", "data.root=")
+    assert r.code == 2, r.err
+    assert r.err == (
+        "error: config with --set: data.root: is empty (give the folder or .npz file of the "
+        "data set; \".\" is the current directory) (got '')\n"
+    )
+    with pytest.raises(ValueError, match="is empty"):  # blank in a TOML file
+        DataConfig(root="  ")

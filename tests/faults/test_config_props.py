@@ -269,7 +269,7 @@ FLAGS = [
     "export.single_file",
 ]
 # Checked where they are used (the registries, the device, the file system), not on loading.
-TEXTS = ["model.name", "model.weights", "data.name", "data.root"]
+TEXTS = ["model.name", "model.weights", "data.name"]
 TEXTS += ["run.device", "run.out_dir"]
 TEXTS += ["scale.device", "scale.rdzv", "distill.unlabeled", "distill.student"]
 TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
@@ -289,6 +289,8 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     "run.name": st.text(st.characters(blacklist_categories=["Cc", "Cf", "Cs", "Co", "Cn"])),
     # an address: not blank, no white space at an edge (round 31)
     "serve.host": st.text(min_size=1).filter(lambda t: t.strip() == t),
+    # a path: not blank, which read as the current directory (round 35)
+    "data.root": st.text().filter(lambda t: t.strip() != ""),
 }
 INVALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: r.invalid() for key, r in NUMERIC.items()},
@@ -300,6 +302,7 @@ INVALID: dict[str, st.SearchStrategy[Any]] = {
         st.text(max_size=5), st.characters(whitelist_categories=["Cc"]), st.text(max_size=5)
     ).map("".join),
     "serve.host": st.sampled_from(["", " ", " 127.0.0.1", "::1\n"]),
+    "data.root": st.sampled_from(["", " ", "\t"]),
 }
 
 
@@ -366,7 +369,7 @@ def exp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_key_has_a_specified_range_or_kind() -> None:
-    own = {"model.kwargs", "run.name", "serve.host"}  # each with strategies of its own
+    own = {"model.kwargs", "run.name", "serve.host", "data.root"}  # each with strategies of its own
     specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, *own}
     assert {key for key, _ in describe()} == specified
 

@@ -325,6 +325,11 @@ class DataConfig(Section):
         # file, and the readers took it as a folder named "~". Expanded here, every command
         # reading data.root (run, distill and its pool, data describe/samples) and the
         # stored config see the path itself.
+        if not root.strip():  # Path("") is ".": imagefolder read wherever the command ran
+            raise ValueError(
+                'is empty (give the folder or .npz file of the data set; "." is the current '
+                "directory)"
+            )
         return os.path.expanduser(root)
 
 
