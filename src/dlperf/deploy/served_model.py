@@ -205,10 +205,7 @@ class ServedModel:
         already (`probabilities`; None where not recorded) and the batching in force."""
 
         def tensors(args: list[Any]) -> list[dict[str, Any]]:
-            return [
-                {"name": a.name, "datatype": ORT_TYPES.get(a.type, a.type), "shape": dims(a)}
-                for a in args
-            ]
+            return [{"name": a.name, "datatype": ORT_TYPES[a.type], "shape": dims(a)} for a in args]
 
         return {
             "name": self.name,
