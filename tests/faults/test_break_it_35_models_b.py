@@ -4,9 +4,17 @@
   bases, were "other" rows: `--activations conv-pool-fc` left their outputs out (266 for the
   330 of the same network with MaxPool2d), and F.fractional_max_pool2d in a forward was not
   said uncounted as F.max_pool2d is. They are pooling rows now.
+- C9: `scale --comm powersgd` of a model training a complex parameter hung (or a rank died in
+  gloo's "collective mismatch" abort, the point's error only "Signal 6 (SIGABRT)"): PowerSGD
+  sizes its low-rank all-reduces from a complex bucket as if real. fp16 and bf16 compression
+  cast the bucket to a real dtype, dropping the gradients' imaginary parts without a word.
+  The three are refused before anything is launched, naming the parameters.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlperf.api import analyze
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_blank_augment_leftovers import POINT
+from tests.faults.test_break_it_10_models import _exp as experiment
+from tests.faults.test_store_faults import one_line
 
 
 @pytest.mark.parametrize(
@@ -61,3 +74,34 @@ def test_c8_a_functional_fractional_max_pool_is_said_uncounted() -> None:
     model = nn.Sequential(_Functional(), nn.Flatten(), nn.Linear(64, 10))
     with pytest.warns(UserWarning, match=r"F\.fractional_max_pool2d x1"):
         analyze(model, (3, 8, 8), activations="conv-pool-fc")
+
+
+# --- C9: compressing DDP hooks and complex gradients ----------------------------------------------
+
+# The tester's cpx_only.py, with digits' one channel.
+COMPLEX = """
+import torch, torch.nn as nn
+class Net(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.c = nn.Conv2d(in_channels, 8, 3, padding=1)
+        self.w = nn.Parameter(torch.randn(8, 8, dtype=torch.cfloat) * 0.1)
+        self.fc = nn.Linear(8, num_classes)
+    def forward(self, x):
+        x = torch.relu(self.c(x)).mean((2, 3))
+        return self.fc((x.to(torch.cfloat) @ self.w).abs())
+"""
+
+
+@pytest.mark.parametrize("comm", ["powersgd", "fp16", "allreduce,bf16"])
+def test_c9_scale_refuses_compressing_complex_gradients_up_front(
+    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore, comm: str
+) -> None:
+    # before: powersgd hung (or failed "Signal 6 (SIGABRT)"); fp16 and bf16 trained on the
+    # real parts of w's gradients
+    (tmp_path / "cpx.py").write_text(COMPLEX)
+    exp = experiment(tmp_path, f"{tmp_path / 'cpx.py'}:Net")
+    result = cli("scale", "run", str(exp), *POINT, "--comm", comm)
+    hook = comm.split(",")[-1]
+    one_line(result, 2, f"--comm {hook}", "w (complex64)", "--comm allreduce")
+    assert store.list_runs() == []

@@ -57,6 +57,7 @@ from dlperf.engine.build import as_run, build_model
 from dlperf.engine.checks import DRY_BATCH, check_batch_trains
 from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
+from dlperf.formatting import few
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore
@@ -106,7 +107,9 @@ class Study:
         if not self.tensorflow:
             # The model each torch worker builds, built once here: one that cannot train as a
             # classifier is one line before any point is recorded, not every worker's traceback.
-            build_model(self.exp, self.data, torch.device("cpu"))
+            model = build_model(self.exp, self.data, torch.device("cpu"))
+            if torch_ddp:
+                check_complex_comm(model, self.opts.comm, self.exp.model.name)
         if self.tensorflow or "tensorflow" in self.opts.strategy:
             self.warnings += ignored_settings(self.exp)
         if self.opts.framework == "horovod" and self.exp.run.channels_last:
@@ -445,6 +448,30 @@ class Study:
         return StudyResult(
             self.study_id, self.rows, self.warnings, label, self.ring, efficiency=efficiency
         )  # fmt: skip
+
+
+COMPRESSING_HOOKS = ("powersgd", "fp16", "bf16")
+"""DDP hooks that treat a gradient bucket as real: PowerSGD sizes its low-rank all-reduces
+from a complex bucket's shape as if real, so the ranks' collectives disagree (a hang, or
+gloo's "collective mismatch" abort); fp16 and bf16 cast it to a real dtype, dropping the
+imaginary parts."""
+
+
+def check_complex_comm(model: torch.nn.Module, comms: Sequence[str], name: str) -> None:
+    """Refuse a compressing --comm for a model that trains complex parameters."""
+    hooks = [c for c in comms if c in COMPRESSING_HOOKS]
+    trained = model.named_parameters()
+    complex_ = [
+        f"{n} ({str(p.dtype).removeprefix('torch.')})"
+        for n, p in trained
+        if p.requires_grad and p.is_complex()
+    ]
+    if hooks and complex_:
+        raise UserError(
+            f"--comm {hooks[0]} cannot compress complex gradients: model {name} trains "
+            f"{few(complex_)}",
+            "use --comm allreduce for this model",
+        )
 
 
 def given_name(exp: Experiment) -> str:
