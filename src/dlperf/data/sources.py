@@ -1996,6 +1996,36 @@ def _different_classes(root: Path, train: list[str], other: str, held: list[str]
     return UserError(f"{root}: {', and '.join(said)}", "; ".join(hints))
 
 
+def _one_level_too_deep(split: Path, listed: Any, others: list[str]) -> None:
+    """Refuse a split whose one class folder holds no image but folders of images: class
+    folders one level too deep (train/train/<class>/, or train/<set name>/<class>/ as an
+    unzipped archive makes it). Read, all its images were one class, and the split's classes
+    differing from the other's came with "remove train/train", deleting them all. Folders
+    inside a class folder are that class's images, as ever: one of several (`others`, the
+    other split's classes) is a class that lacks its siblings in this split."""
+    if len(listed.classes) != 1 or (len(others) > 1 and listed.classes[0] in others):
+        return
+    folder = split / listed.classes[0]
+    inner = set()
+    for path, _ in listed.samples:
+        parts = Path(path).relative_to(folder).parts
+        if len(parts) == 1:  # an image of its own: a class folder, one of a set of one class
+            return
+        inner.add(parts[0])
+    if len(inner) < 2:
+        return
+    named = sorted(inner)
+    shown = [_class_name(c) for c in named[:_NAMED_CLASSES]]
+    more = len(named) - len(shown)
+    where, up = shlex.quote(str(folder)), shlex.quote(str(split))
+    raise UserError(
+        f"{folder} holds the class folders {_and([*shown, f'{more} more'] if more else shown)}, "
+        f"one level too deep: imagefolder reads each folder of {split.name}/ as one class, so "
+        f"they would all be class {_class_name(folder.name)}",
+        f"move them up: mv {where}/* {up}/ && rmdir {where}",
+    )
+
+
 class _NoClassFolder(FileNotFoundError):
     """torchvision's "Couldn't find any class folder": the split folder holds none (a test/
     of nothing is said as such, as any empty test/ is: `imagefolder`)."""
@@ -2208,6 +2238,8 @@ def imagefolder(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
                 fix += ", one folder per class as in train/"
             raise _not_tested_on(root, f"{test_dir} is empty", fix) from None
         raise _unlisted(test_dir, e) from None
+    _one_level_too_deep(root / "train", train_set, test_set.classes)
+    _one_level_too_deep(test_dir, test_set, train_set.classes)
     _trained_on(
         root / "train",
         [path for path, _ in train_set.samples],
