@@ -303,6 +303,9 @@ def test_compare_shows_a_list_as_its_cell_cut_past_cell_chars_and_text_apart_fro
     assert rows["v"] == [f"{cut}... (20,000 items; --json holds it whole)", None]
     assert rows["s"] == ["1, 2", "'1, 2'"]
     assert rows["e"] == [None, "x"]  # an empty list's cell is "-", as runs show has it
+    long = FakeStore([run(3, config={"k" * 10**5: 1}), run(4)])  # a key is its row's label
+    label = compare(long, [3, 4]).rows()[0].label  # type: ignore[arg-type]
+    assert label == f"{'k' * query.CELL_CHARS}... (100,000 characters; --json holds it whole)"
 
 
 def test_compare_takes_ids_or_a_study_and_at_least_two_runs() -> None:

@@ -793,7 +793,7 @@ class Comparison:
     def rows(self) -> list[Row]:
         """The comparison as `runs compare` tables it: results that no run has left out,
         peak memory in MiB."""
-        rows = [[k, *_apart(v)] for k, v in self.config_diff.items()]
+        rows = [[_label(k), *_apart(v)] for k, v in self.config_diff.items()]
         for key, values in self.summary.items():
             if any(v is not None for v in values):
                 # An own result is labelled as `runs show` labels it: by its key.
@@ -837,6 +837,12 @@ CELL_CHARS = 200
 def _cut(cell: str, size: str) -> str:
     """`cell` cut at CELL_CHARS, saying how big the value was (`size`)."""
     return f"{cell[:CELL_CHARS]}... ({size}; --json holds it whole)"
+
+
+def _label(key: str) -> str:
+    """A config key as its row's label, cut past CELL_CHARS as a cell is: the label column
+    is padded to its widest too."""
+    return _cut(key, f"{len(key):,} characters") if len(key) > CELL_CHARS else key
 
 
 def _list_text(value: list[Any] | tuple[Any, ...]) -> str | None:
