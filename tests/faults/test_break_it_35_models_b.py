@@ -8,7 +8,8 @@
   gloo's "collective mismatch" abort, the point's error only "Signal 6 (SIGABRT)"): PowerSGD
   sizes its low-rank all-reduces from a complex bucket as if real. fp16 and bf16 compression
   cast the bucket to a real dtype, dropping the gradients' imaginary parts without a word.
-  The three are refused before anything is launched, naming the parameters.
+  The three are refused before anything is launched, naming the parameters; and a rank that
+  aborts has the line it printed as it died (C++'s "what():") in its point's error.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlperf.api import analyze
+from dlperf.distributed.launch import error_lines
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.faults.test_blank_augment_leftovers import POINT
@@ -105,3 +107,30 @@ def test_c9_scale_refuses_compressing_complex_gradients_up_front(
     hook = comm.split(",")[-1]
     one_line(result, 2, f"--comm {hook}", "w (complex64)", "--comm allreduce")
     assert store.list_runs() == []
+
+
+ABORT_LOG = """terminate called after throwing an instance of 'gloo::EnforceNotMet'
+  what():  [enforce fail at pair.cc:464] 36 vs 8. Is there a distributed collective mismatch?
+Failures:
+  <NO_OTHER_FAILURES>
+-----
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 29887)
+  traceback : Signal 6 (SIGABRT) received by PID 29887
+"""
+
+
+def test_c9_a_rank_that_aborted_is_failed_with_its_reason(tmp_path: Path) -> None:
+    # before: "worker rank 1 failed (exit code -6 (pid: 29887)): Signal 6 (SIGABRT) received
+    # by PID 29887", gloo's reason left in torchrun.log
+    log = tmp_path / "torchrun.log"
+    log.write_text(ABORT_LOG)
+    assert error_lines(tmp_path, log, 1) == (
+        "worker rank 1 failed (exit code -6 (pid: 29887)): Signal 6 (SIGABRT) received by PID "
+        "29887: [enforce fail at pair.cc:464] 36 vs 8. Is there a distributed collective "
+        "mismatch?"
+    )
+    log.write_text(ABORT_LOG.replace("what():", "said:"))  # nothing said: the signal alone
+    assert error_lines(tmp_path, log, 1).endswith("received by PID 29887")

@@ -230,6 +230,15 @@ def _failures(log_text: str) -> list[dict[str, str]]:
     return [fields for fields in map(_fields, blocks) if "rank" in fields]
 
 
+_ABORTED = re.compile(r"(?:what\(\):|Fatal Python error:)\s*(.+)")
+"""The line a worker aborting prints as it dies: C++'s terminate (gloo's "collective mismatch"
+enforce) or Python's fatal error."""
+
+
+def _exit_code(failure: dict[str, str]) -> int:
+    return int(failure.get("exitcode", "0").split()[0])
+
+
 def _first_cause(failures: list[dict[str, str]], directory: Path) -> dict[str, str]:
     """The failure that set off the others. torchrun's pick, the earliest to the second, can
     be a peer whose collective failed because the culprit vanished; so first a rank killed
@@ -237,7 +246,7 @@ def _first_cause(failures: list[dict[str, str]], directory: Path) -> dict[str, s
     wrote its traceback first, then torchrun's pick."""
 
     def killed(failure: dict[str, str]) -> bool:
-        code = int(failure.get("exitcode", "0").split()[0])
+        code = _exit_code(failure)
         return code < 0 and code != -signal.SIGTERM
 
     def error_file(failure: dict[str, str]) -> Path:
@@ -284,7 +293,10 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
             if exception:
                 head = f"worker rank {rank} failed: {exception}"
             return "\n".join([head, *written.splitlines()[-TAIL_LINES:]])
-        return f"{head}: {cause.get('traceback', '')}".rstrip(": ")
+        said = f"{head}: {cause.get('traceback', '')}".rstrip(": ")
+        reason = _ABORTED.search(text) if _exit_code(cause) == -signal.SIGABRT else None
+        # torchrun records an abort as its signal alone; why it aborted is in the log
+        return f"{said}: {reason.group(1).strip()}" if reason else said
     lines = [line for line in text.splitlines() if line.strip()]
     # Its own exception on the first line too (under `ulimit -n 24` it could not start a
     # worker: "[Errno 24] Too many open files" was ten lines below "exit code 1").
