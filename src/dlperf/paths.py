@@ -5,8 +5,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import resource
 import stat
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -31,6 +33,32 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
         stat.S_ISSOCK: "a socket",
     }
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
+
+
+_VARIABLE = re.compile(r"\$(\w+|\{\w+\})")
+
+
+def unexpanded(text: str) -> tuple[str, str] | None:
+    """What keeps the path `text`, not there, from being read as meant, and its fix: a file://
+    URL, or an environment variable (`$HOME/data` in a TOML file, or in single quotes on the
+    command line: only a shell expands one). Read literally, each was a relative path "not
+    found" in the current directory, or to be given as an absolute path, which it was. None
+    for neither, or for a path of those very characters that is there."""
+    if os.path.lexists(text):
+        return None
+    if text.startswith("file:/"):
+        meant = urllib.parse.unquote(urllib.parse.urlparse(text).path)
+        return "is a file:// URL, not a path", f"give the path itself: {meant}"
+    if (found := _VARIABLE.search(text)) is None:
+        return None
+    name = found.group(1).strip("{}")
+    fix = (  # a TOML file's "$HOME/data" is not a shell's
+        f"write the path itself, {os.path.expandvars(text)}: only a shell expands a variable, "
+        "outside single quotes"
+        if name in os.environ
+        else f"write the path itself (${name} is not set here)"
+    )
+    return f"holds the environment variable {found.group(0)}, which dlperf does not expand", fix
 
 
 def link_loop(path: str | os.PathLike[str]) -> str | None:

@@ -4,14 +4,22 @@
   as the float16 ones had, and ended the run in the same scaler traceback
   ('"_amp_foreach_non_finite_check_and_unscale_cpu" not implemented for 'ComplexFloat''):
   the gradient scaler unscales real float32 gradients alone. Refused with the float16 ones.
+- P2 C1's cause in the model's paths: model.name's file and model.weights written with an
+  environment variable (in a TOML file, or --set in single quotes) or as a file:// URL were
+  made absolute against the current directory and "not found" there; they are said to be
+  one, naming the path meant, as data.root's are.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from pydantic import ValidationError
 from torch import nn
 
+from dlperf.config.experiment import ModelConfig
 from dlperf.engine.checks import check_scaled_dtypes
 from dlperf.errors import UserError
 
@@ -27,3 +35,40 @@ def test_c1_a_complex_parameter_under_fp16_is_refused_up_front() -> None:
         '(float16) have gradients that run.precision = "fp16"\'s gradient scaler cannot unscale'
     )
     check_scaled_dtypes(model, "'cplx.py:net'", "bf16")  # no scaler: it trains
+
+
+# --- P2 C1's cause in model.name and model.weights: $VAR and file:// URLs ---------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "written", "said"),
+    [
+        (
+            "name",
+            "$MYD/net.py:net",
+            "$MYD/net.py holds the environment variable $MYD, which dlperf does "
+            "not expand (write the path itself, {d}/net.py",
+        ),
+        (
+            "name",
+            "file://{d}/net.py:net",
+            "file://{d}/net.py is a file:// URL, not a path (give the path itself: {d}/net.py)",
+        ),
+        (
+            "weights",
+            "${MYD}/w.pt",
+            "${MYD}/w.pt holds the environment variable ${MYD}, which dlperf "
+            "does not expand (write the path itself, {d}/w.pt",
+        ),
+    ],
+)
+def test_a_model_file_written_with_a_variable_or_as_a_url_is_said_to_be_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, written: str, said: str
+) -> None:
+    """Before: made absolute against the current directory, "model file
+    /cwd/$MYD/net.py not found", the URL as /cwd/file:/tmp/..., one slash lost."""
+    monkeypatch.setenv("MYD", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError) as caught:
+        ModelConfig(**{key: written.replace("{d}", str(tmp_path))})
+    assert said.replace("{d}", str(tmp_path)) in str(caught.value)

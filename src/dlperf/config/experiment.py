@@ -48,7 +48,7 @@ from dlperf.config.base import (
 )
 from dlperf.formatting import binary_size, few
 from dlperf.parsing import absolute_model_name, has_control, is_file_spec, model_file_text
-from dlperf.paths import file_digest
+from dlperf.paths import file_digest, unexpanded
 from dlperf.system import machine_memory
 
 
@@ -209,6 +209,8 @@ class ModelConfig(Section):
     def _file_absolute(cls, name: str) -> str:
         # Resolved here, against the directory the command runs in, so that the stored config
         # (and its hash) names the file trained, wherever the run is exported or resumed from.
+        if is_file_spec(name):
+            _refuse_unexpanded(os.path.expanduser(name.rpartition(":")[0]))
         return absolute_model_name(name)
 
     @field_validator("weights")
@@ -220,6 +222,7 @@ class ModelConfig(Section):
         # is the home directory, as in model.name and data.root (`DataConfig._home`).
         if weights is not None and not weights.startswith("run:"):
             weights = os.path.expanduser(weights)
+            _refuse_unexpanded(weights)
         path = weights_file(weights)
         found = None if path is None or path.is_absolute() else _stat(path)
         if path is None or found is None or not stat.S_ISREG(found.st_mode):
@@ -236,6 +239,14 @@ class ModelConfig(Section):
         if isinstance(data, dict) and data.get("weights") and "transfer" not in data:
             return {**data, "transfer": "finetune"}
         return data
+
+
+def _refuse_unexpanded(path: str) -> None:
+    """Refuse a model file's or weights' `path`, not there, that is a file:// URL or holds an
+    environment variable (dlperf.paths.unexpanded), as data.root is refused: made absolute
+    against the current directory, each was "not found" there, the URL one slash short."""
+    if (found := unexpanded(path)) is not None:
+        raise ValueError(f"{path} {found[0]} ({found[1]})")
 
 
 def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
