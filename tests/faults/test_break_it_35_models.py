@@ -20,6 +20,9 @@
   size divides the input's: its windows overlap otherwise (AdaptiveAvgPool2d(6) on 7x7: 49
   for the 144 of AvgPool2d(2, 1), the same windows). It counts each window's elements now,
   as the window pools do, and so does adaptive average pooling's backward.
+- C7: run.channels_last with a model holding a 5-D tensor (a Conv3d's weight) ended in torch's
+  "required rank 4 tensor to use channels_last format" traceback from the dry checks; it is
+  refused there in one line naming the tensor.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from torch import nn
 from dlperf.api import analyze
 from dlperf.distributed import worker
 from dlperf.engine.build import build_model
+from dlperf.engine.checks import check_run_form
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.engine.test_build import FakeData, experiment
@@ -238,3 +242,29 @@ def test_c3_model_kwargs_json_cannot_hold_are_refused_on_load(
     assert r.code == 2, r.err
     assert said in r.err, r.err
     assert "the stored config" in r.err and "\n" not in r.err.strip(), r.err
+
+
+# --- C7: run.channels_last with 5-D weights --------------------------------------------------
+
+
+class Volume(nn.Module):
+    """The tester's model (c7.sh): the image as a one-deep volume through a Conv3d."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.c = nn.Conv3d(1, 4, (1, 3, 3))
+        self.fc = nn.Linear(4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.c(x.unsqueeze(2)).mean((2, 3, 4)))
+
+
+def test_c7_channels_last_with_five_dimensional_weights_is_refused_in_one_line() -> None:
+    with pytest.raises(UserError) as caught:  # before: torch's RuntimeError, a traceback
+        check_run_form(Volume(), (1, 8, 8), "'v.py:net'", channels_last=True)
+    assert caught.value.message == (
+        "model 'v.py:net': its c.weight is 5-D, and run.channels_last's memory format holds "
+        "4-D tensors only"
+    )
+    assert caught.value.hint == "set run.channels_last = false"
+    check_run_form(Volume(), (1, 8, 8), "'v.py:net'")  # without it, it trains

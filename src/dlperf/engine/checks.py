@@ -310,6 +310,16 @@ def check_run_form(
             fixed,
         )
     if channels_last and len(shape) == 3:
+        # Module.to converts 4-D and 5-D tensors alike, and a 5-D one (a Conv3d's weight)
+        # cannot take channels_last: torch's RuntimeError was a traceback.
+        held = (*model.named_parameters(), *model.named_buffers())
+        five = next((name for name, t in held if t.dim() == 5), None)
+        if five is not None:
+            raise UserError(
+                f"model {what}: its {five} is 5-D, and run.channels_last's memory format holds "
+                "4-D tensors only",
+                "set run.channels_last = false",
+            )
         model.to(memory_format=torch.channels_last)
         refused = f"model {what} fails in run.channels_last's memory format"
         try:
