@@ -296,13 +296,14 @@ def test_compare_lists_what_differs_and_every_result() -> None:
 def test_compare_shows_a_list_as_its_cell_cut_past_cell_chars_and_text_apart_from_it() -> None:
     # A list's cell was padded whole into every row (20,000 items beside 300 keys: 40 MB),
     # and text "1, 2" read as the list [1, 2] (round 35 C1 and C4, their list case).
-    a = run(1, config={"v": list(range(20_000)), "s": [1, 2], "e": []})
-    b = run(2, config={"s": "1, 2", "e": "x"})
+    a = run(1, config={"v": list(range(20_000)), "s": [1, 2], "e": [], "t": []})
+    b = run(2, config={"s": "1, 2", "t": "[]"})
     rows = {row.label: row.values for row in compare(FakeStore([a, b]), [1, 2]).rows()}  # type: ignore[arg-type]
     cut = ", ".join(map(str, range(20_000)))[: query.CELL_CHARS]
     assert rows["v"] == [f"{cut}... (20,000 items; --json holds it whole)", None]
     assert rows["s"] == ["1, 2", "'1, 2'"]
-    assert rows["e"] == [None, "x"]  # an empty list's cell is "-", as runs show has it
+    assert rows["e"] == ["[]", None]  # [] and a key the run lacks, both "-", read apart
+    assert rows["t"] == ["[]", "'[]'"]
     long = FakeStore([run(3, config={"k" * 10**5: 1}), run(4)])  # a key is its row's label
     label = compare(long, [3, 4]).rows()[0].label  # type: ignore[arg-type]
     assert label == f"{'k' * query.CELL_CHARS}... (100,000 characters; --json holds it whole)"

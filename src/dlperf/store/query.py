@@ -813,9 +813,9 @@ def _apart(values: list[Any]) -> list[Any]:
     """`values` as a table shows them, text by `name_text`: "a" and "a " read apart (a table
     pads its cells with spaces), 'a '; and so does text beside a value whose cell it reads as
     ("1" and 1, "yes" and True, "-" and None, "1, 2" and [1, 2]), '1'. A list is its cell
-    (`list_cell`). A cell past CELL_CHARS is cut, saying so."""
+    (`_list_text`). A cell past CELL_CHARS is cut, saying so."""
     typed = any(v is not None and not isinstance(v, str) for v in values)
-    lists = {list_cell(v) for v in values if isinstance(v, list | tuple)}
+    lists = {_list_text(v) for v in values if isinstance(v, list | tuple)}
     return [
         _text_cell(v, typed, lists) if isinstance(v, str)
         else _list_text(v) if isinstance(v, list | tuple)
@@ -845,12 +845,14 @@ def _label(key: str) -> str:
     return _cut(key, f"{len(key):,} characters") if len(key) > CELL_CHARS else key
 
 
-def _list_text(value: list[Any] | tuple[Any, ...]) -> str | None:
-    cell = list_cell(value)
-    return _cut(cell, f"{len(value):,} items") if cell and len(cell) > CELL_CHARS else cell
+def _list_text(value: list[Any] | tuple[Any, ...]) -> str:
+    """A list's cell in compare, cut past CELL_CHARS; an empty one "[]", which runs show's
+    "-" would make read as a key the other run lacks."""
+    cell = list_cell(value) or "[]"
+    return _cut(cell, f"{len(value):,} items") if len(cell) > CELL_CHARS else cell
 
 
-def _text_cell(text: str, typed: bool, lists: set[str | None]) -> str:
+def _text_cell(text: str, typed: bool, lists: set[str]) -> str:
     """`text` by `name_text`, quoted where it reads as a cell `fmt` shows another value as:
     - (None), and beside values other than text (`typed`), yes/no or a number (1e+25, inf),
     or a list's cell of `lists`; past CELL_CHARS cut, saying so."""
