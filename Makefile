@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 # compiled from their source at each import (dlperf.models.registry). docs/benchmarks.md.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup demo test test-scenarios test-faults test-slow test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
+.PHONY: setup demo test test-scenarios test-faults test-slow test-all test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
 
 # `--no-compile`: pip would compile every module of torch and its neighbours (about 17,000 files,
 # 90 of the install's 160 CPU s on 2 cores) where a test run imports a small part of them, which
@@ -52,6 +52,12 @@ test-faults: setup
 # 2 cores: docs/benchmarks.md).
 test-slow: setup
 	$(BIN)/pytest -q $(XDIST) -m "faults or scenario"
+
+# `make test` and `make test-slow` in one pytest session (CI runs this): each worker imports the
+# test modules and their libraries once (about 30 CPU-s a worker), and one tail where a worker
+# waits for the other's last long test, instead of two.
+test-all: setup
+	$(BIN)/pytest -q $(XDIST) -m "not horovod and not gpu"
 
 # The studies under horovodrun (tests/distributed/test_horovod.py, marked `horovod`): they need a
 # Horovod build (make horovod) and skip, saying so, without one.
