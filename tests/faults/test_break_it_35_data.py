@@ -60,7 +60,7 @@ def test_c1_a_data_root_holding_an_environment_variable_is_said_to(
     )
     meant = written.replace(variable, str(tmp_path))
     assert caught.value.hint == (
-        f"write the path itself, {meant}; a shell expands it in double quotes, not single"
+        f"write the path itself, {meant}: only a shell expands a variable, outside single quotes"
     )
 
 

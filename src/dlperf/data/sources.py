@@ -27,7 +27,6 @@ import pickle
 import re
 import shlex
 import unicodedata
-import urllib.parse
 import warnings
 import zipfile
 import zlib
@@ -45,7 +44,7 @@ from dlperf.config import DataConfig
 from dlperf.errors import UserError
 from dlperf.formatting import binary_size
 from dlperf.parsing import file_name_text, name_text, one_line
-from dlperf.paths import link_loop, link_to_nothing, not_regular, unnamed_cwd
+from dlperf.paths import link_loop, link_to_nothing, not_regular, unexpanded, unnamed_cwd
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import machine_memory
 
@@ -670,35 +669,12 @@ def _root_folder(cfg: DataConfig) -> Path:
     return Path(cfg.root)
 
 
-_VARIABLE = re.compile(r"\$(\w+|\{\w+\})")
-
-
 def _refuse_unexpanded(root: str | Path) -> None:
-    """Refuse a data.root not there that holds an environment variable (`$HOME/data` in a TOML
-    file, or in single quotes on the command line: only a shell expands one) or is a file://
-    URL. Read literally, each was "a relative data.root", to be given as an absolute path,
-    which the user had given. A path of those very characters that is there is read."""
-    text = str(root)
-    if os.path.lexists(text):
-        return
-    if text.startswith("file:/"):
-        meant = urllib.parse.unquote(urllib.parse.urlparse(text).path)
-        raise UserError(
-            f"data.root {text} is a file:// URL, not a path", f"give the path itself: {meant}"
-        )
-    if (found := _VARIABLE.search(text)) is None:
-        return
-    name = found.group(1).strip("{}")
-    if name in os.environ:
-        meant = os.path.expandvars(text)
-        fix = f"write the path itself, {meant}; a shell expands it in double quotes, not single"
-    else:
-        fix = f"write the path itself (${name} is not set here)"
-    raise UserError(
-        f"data.root {text} holds the environment variable {found.group(0)}, which dlperf does not "
-        "expand",
-        fix,
-    )
+    """Refuse a data.root not there that holds an environment variable or is a file:// URL
+    (dlperf.paths.unexpanded): read literally, each was "a relative data.root", to be given
+    as an absolute path, which the user had given."""
+    if (found := unexpanded(str(root))) is not None:
+        raise UserError(f"data.root {root} {found[0]}", found[1])
 
 
 def _not_found(path: str | Path, root: str | Path, said: str, fix: str) -> UserError:
