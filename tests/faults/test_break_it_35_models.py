@@ -225,7 +225,7 @@ def test_c4_unfold_counts_its_backward_sums_and_its_forward_as_a_copy() -> None:
     [
         ("clip = inf", "model.kwargs: clip = inf: JSON has no infinity or NaN"),
         ("clip = -inf", "model.kwargs: clip = -inf: JSON has no infinity or NaN"),
-        ("deep = {a = [1, nan]}", "model.kwargs: deep.a.1 = nan: JSON has no infinity or NaN"),
+        ("deep = {a = [1, nan]}", "model.kwargs: deep.a[1] = nan: JSON has no infinity or NaN"),
         ("since = 2021-03-04", "model.kwargs: since = 2021-03-04: JSON has no date or time"),
         ("at = 07:32:00", "model.kwargs: at = 07:32:00: JSON has no date or time"),
     ],

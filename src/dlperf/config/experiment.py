@@ -250,11 +250,12 @@ def _refuse_unexpanded(path: str) -> None:
 
 
 def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
-    """Each value within `value` (tables and arrays, at any depth) and its dotted key."""
+    """Each value within `value` (tables and arrays, at any depth) and its key: dotted, an
+    array's item as [i] (as check_text_keys names it: a.1 would be table a's key "1")."""
     if isinstance(value, dict):
         return [leaf for k, v in value.items() for leaf in _leaves(v, f"{key}.{k}")]
     if isinstance(value, list):
-        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{key}.{i}")]
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{key}[{i}]")]
     return [(key, value)]
 
 
