@@ -11,6 +11,11 @@ digits, never reading the user's file, without a word; synthetic's shape, num_cl
 set for another set were ignored as silently. Each such key is a warning now (the reader's
 notes), guessing data.name for an .npz file or a folder with train/.
 
+C4: --classes read each item as a name where one matched, else as an index: over classes named
+by numbers (folders 1..10) `--classes 0,1` picked class "1" twice (describe) or once (samples),
+never "10", without a word. A list read partly as names and partly as indices there is refused,
+and so is a class picked twice.
+
 C5: `detect run --out` saved every image of one stem (cam1/0001.jpg, cam2/0001.jpg,
 cam2/0001.png) as one NAME.det.png, each overwriting the one before, "saved" said for each.
 Such images are refused before any is read, naming them and the file they would share.
@@ -30,6 +35,7 @@ import pytest
 
 from dlperf.config import DataConfig
 from dlperf.data import load_data
+from dlperf.data.describe import pick_classes
 from dlperf.detect import ssd
 from dlperf.errors import UserError
 from tests.conftest import CliResult
@@ -175,3 +181,31 @@ def test_c7_an_empty_data_root_is_refused(cli: Callable[..., CliResult]) -> None
     )
     with pytest.raises(ValueError, match="is empty"):  # blank in a TOML file
         DataConfig(root="  ")
+
+
+# --- C4: --classes over classes named by numbers ------------------------------------------
+
+NUMBERED = sorted(str(n) for n in range(1, 11))  # as folders sort: 1, 10, 2, ..., 9
+
+
+def test_c4_a_list_read_partly_as_names_partly_as_indices_is_refused() -> None:
+    """Before: '0' was no name, so index 0 (class '1'), and '1' the class '1': one class twice,
+    never '10', without a word."""
+    with pytest.raises(UserError) as caught:
+        pick_classes("imagefolder", NUMBERED, ["0", "1"])
+    assert caught.value.message == (
+        "--classes: 0 would be read as an index (class 1) and 1 as a class name, where "
+        "imagefolder's classes are named by numbers"
+    )
+    assert caught.value.hint == "give class names alone: 1, 10, 2, 3, 4, 5, 6, 7, 8, 9"
+
+
+def test_c4_a_class_picked_twice_is_refused() -> None:
+    with pytest.raises(UserError) as caught:
+        pick_classes("imagefolder", ["cat", "dog"], ["cat", "0"])
+    assert caught.value.message == "--classes: cat and 0 both pick the class cat"
+
+
+def test_c4_names_alone_and_indices_alone_are_read_as_before() -> None:
+    assert pick_classes("imagefolder", NUMBERED, ["1", "10"]) == [0, 1]
+    assert pick_classes("imagefolder", ["cat", "dog"], ["1", "cat"]) == [1, 0]

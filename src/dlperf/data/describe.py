@@ -132,7 +132,33 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
         return list(range(chosen))
     if not chosen:
         raise UserError("--classes names no class", "give a count or names, e.g. --classes 2")
-    return [_class_id(name, classes, item) for item in chosen]
+    picked = [_class_id(name, classes, item) for item in chosen]
+    # Read item by item, a name first: over classes named by numbers "0,1" was index 0 and
+    # the class "1", one class twice (or once), without a word.
+    read = list(zip(chosen, picked, strict=True))
+    as_index = [(item, label) for item, label in read if not _named(item, classes[label])]
+    as_name = [item for item, label in read if _named(item, classes[label])]
+    if as_index and as_name and any(c.strip().isdigit() for c in classes):
+        (item, label), listed = as_index[0], ", ".join(classes[:12])
+        raise UserError(
+            f"--classes: {item.strip()} would be read as an index (class "
+            f"{name_text(classes[label])}) and {as_name[0].strip()} as a class name, where "
+            f"{name}'s classes are named by numbers",
+            f"give class names alone: {listed}{', ...' if len(classes) > 12 else ''}",
+        )
+    for at, label in enumerate(picked):
+        if label in picked[:at]:
+            twice = chosen[picked.index(label)].strip()
+            raise UserError(
+                f"--classes: {twice} and {chosen[at].strip()} both pick the class "
+                f"{name_text(classes[label])}"
+            )
+    return picked
+
+
+def _named(item: str, class_name: str) -> bool:
+    """Whether --classes' `item` picked `class_name` by its name (else by index)."""
+    return item == class_name or item.strip() == class_name.strip()
 
 
 def _class_id(name: str, classes: list[str], item: str) -> int:
