@@ -309,6 +309,17 @@ def test_compare_shows_a_list_as_its_cell_cut_past_cell_chars_and_text_apart_fro
     assert label == f"{'k' * query.CELL_CHARS}... (100,000 characters; --json holds it whole)"
 
 
+def test_compare_shows_config_numbers_in_full_where_their_cells_would_read_alike() -> None:
+    # 4 significant digits showed 1.00001 and 1.00002 both as 1: a key listed as differing
+    # with identical cells (round 35 C1's cause, its number case).
+    a = run(1, config={"x": 1.00001, "lr": 0.1, "t": "1.00002"})
+    b = run(2, config={"x": 1.00002, "lr": 0.2, "t": 1.00002})
+    rows = {row.label: row for row in compare(FakeStore([a, b]), [1, 2]).rows()}  # type: ignore[arg-type]
+    assert (rows["x"].values, rows["x"].delta) == (["1.00001", "1.00002"], "+1e-05 (+0.0%)")
+    assert rows["lr"].values == [0.1, 0.2]  # apart as they are: fmt's cells
+    assert rows["t"].values == ["'1.00002'", 1.00002]
+
+
 def test_compare_takes_ids_or_a_study_and_at_least_two_runs() -> None:
     store = FakeStore([run(1), run(2), run(3)], studies={4: [3, 1], 5: [2]})
     assert compare(store, study=4).run_ids == [1, 3]  # type: ignore[arg-type]

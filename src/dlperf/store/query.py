@@ -793,7 +793,9 @@ class Comparison:
     def rows(self) -> list[Row]:
         """The comparison as `runs compare` tables it: results that no run has left out,
         peak memory in MiB."""
-        rows = [[_label(k), *_apart(v)] for k, v in self.config_diff.items()]
+        # Δ of a config key from its values, which its cells may show as text (`_apart`)
+        config = [Row(_label(k), _apart(v), delta(v)) for k, v in self.config_diff.items()]
+        rows = []
         for key, values in self.summary.items():
             if any(v is not None for v in values):
                 # An own result is labelled as `runs show` labels it: by its key.
@@ -802,7 +804,7 @@ class Comparison:
                 rows.append([key, *values])
         rows += [[f"tag {t}", *_apart(values)] for t, values in self.tags.items()]
         rows.append(["status", *self.status])
-        return [Row(label, values, delta(values)) for label, *values in rows]
+        return config + [Row(label, values, delta(values)) for label, *values in rows]
 
     def to_dict(self) -> dict[str, Any]:
         """What `runs compare --json` prints."""
@@ -813,12 +815,16 @@ def _apart(values: list[Any]) -> list[Any]:
     """`values` as a table shows them, text by `name_text`: "a" and "a " read apart (a table
     pads its cells with spaces), 'a '; and so does text beside a value whose cell it reads as
     ("1" and 1, "yes" and True, "-" and None, "1, 2" and [1, 2]), '1'. A list is its cell
-    (`_list_text`). A cell past CELL_CHARS is cut, saying so."""
+    (`_list_text`). A cell past CELL_CHARS is cut, saying so. Numbers that `fmt` would show
+    alike (1.00001 and 1.00002 as 1) are shown in full."""
     typed = any(v is not None and not isinstance(v, str) for v in values)
     lists = {_list_text(v) for v in values if isinstance(v, list | tuple)}
+    numbers = {v for v in values if _number(v)}  # 1 and 1.0 one value, as --where has it
+    full = len({fmt(v) for v in numbers}) < len(numbers)
     return [
         _text_cell(v, typed, lists) if isinstance(v, str)
         else _list_text(v) if isinstance(v, list | tuple)
+        else str(v) if full and _number(v)
         else v
         for v in values
     ]  # fmt: skip
