@@ -190,11 +190,11 @@ def pool_backward(args: Sequence[Any], out: Any) -> Cost:
 
 
 def _adaptive_windows(x: Any, pooled: Any, dims: int) -> int:
-    """The input elements all windows of an adaptive pool of `x` to `pooled` (tensors or
-    their shapes' holders) over the last `dims` dimensions hold, one per window element per
-    output. Window i of n_out over n_in spans floor(i * n_in / n_out) to
-    ceil((i + 1) * n_in / n_out): they overlap where n_out does not divide n_in (6 of 7 read
-    2 each), and one per input element undercounted them (AdaptiveAvgPool2d(6) on 7x7: 49
+    """The input elements all windows of an adaptive pool of tensor `x` to tensor `pooled`
+    over the last `dims` dimensions hold, one per window element per output. Window i of
+    n_out over n_in spans floor(i * n_in / n_out) to ceil((i + 1) * n_in / n_out): they
+    overlap where n_out does not divide n_in (the 6 windows over 7 read 2 each), and one per
+    input element undercounted them (AdaptiveAvgPool2d(6) on 7x7: 49
     for the 144 its equal AvgPool2d(2, 1) counts)."""
     sides = zip(x.shape[-dims:], pooled.shape[-dims:], strict=True)
     read = [
