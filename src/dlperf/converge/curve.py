@@ -692,6 +692,8 @@ class Curve:
     lines: list[int] | None = field(default=None, repr=False, compare=False)
     # A run's stored key ("val/loss"), for error lines; None for a CSV file's curve.
     key: str | None = None
+    # Warnings on how the curve was read (a CSV's step column left unused: `from_csv`)
+    notes: list[str] = field(default_factory=list, compare=False)
 
     @property
     def legend(self) -> str:
@@ -786,10 +788,12 @@ def _at(curve: Curve, i: int) -> str:
 def from_csv(path: Path, x: str | None, y: str) -> Curve:
     """A curve from two CSV columns; without `x` the step is the row number (1, 2, ...)."""
     names = [y] if x is None else [x, y]
-    lines, texts = read_table(path, names)
+    unused = tuple(n for n in STEP_COLUMNS if n != y) if x is None else ()
+    lines, texts = read_table(path, names, unused)
     columns = {name: column_numbers(path, name, lines, texts[name]) for name in names}
     values = np.asarray(columns[y])
     steps = np.arange(1.0, len(values) + 1) if x is None else np.asarray(columns[x])
+    notes = [n for name in unused if name in texts for n in _unused_steps(path, name, lines, texts)]
     if (bad := np.flatnonzero(steps <= 0)).size:  # named here, where the file and line are known
         step = float(steps[bad[0]])
         raise UserError(
@@ -797,7 +801,42 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
         )
     if x is not None:
         _check_csv_steps(path, x, steps, lines, texts[x])
-    return Curve(path.name, steps, values, source=str(path), lines=lines)
+    return Curve(path.name, steps, values, source=str(path), lines=lines, notes=notes[:1])
+
+
+# Column names that say a CSV's rows are steps of training: without --x the row numbers are
+# the steps, and such a column is looked at (`_unused_steps`).
+STEP_COLUMNS = ("step", "steps", "global_step", "iteration", "iterations", "iter", "epoch")
+
+
+def _unused_steps(
+    path: Path, name: str, lines: list[int], texts: dict[str, list[str]]
+) -> list[str]:
+    """What to say of column `name`, a step column that a fit on row numbers (no --x) leaves
+    unused: refused where its steps do not increase (a resumed log's repeated steps, rows out
+    of order), whose rows were fitted as one ordered curve; else a line saying that the rows
+    are the steps, where the column counts other steps (logged every 10: "step 28" predicted
+    for step 280). Nothing where it is the row numbers or holds no numbers."""
+    try:
+        steps = np.asarray(column_numbers(path, name, lines, texts[name]))
+    except UserError:  # not a column of steps: words, blanks
+        return []
+    shown = one_line(name)
+    if (back := np.flatnonzero(np.diff(steps) <= 0)).size:
+        i = int(back[0])
+        before, after = (one_line(texts[name][j].strip()) for j in (i, i + 1))
+        raise UserError(
+            f"{path}:{lines[i + 1]}: column '{shown}' goes from {before} to {after} (a resumed "
+            "log, or rows out of order?): without --x the rows are the steps 1, 2, ..., and "
+            "these are not in the order of training",
+            f"give each step once, in order, and --x {shown} to fit on the column",
+        )
+    if np.array_equal(steps, np.arange(1.0, len(steps) + 1)):
+        return []
+    return [
+        f"{path}: the steps are the row numbers 1..{len(steps)}; column '{shown}' "
+        f"({steps[0]:g} to {steps[-1]:g}) is not used (--x {shown} fits on it)"
+    ]
 
 
 def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) -> Curve:

@@ -109,7 +109,10 @@ def fit(
 ) -> CurveFits:
     """Both forms fitted to each curve's window (see `load_curves`) with bootstrap intervals
     and compared on later points."""
-    return _fitted(load_curves(run_ids, csv, opts, open_store), opts, reporter)
+    curves = load_curves(run_ids, csv, opts, open_store)
+    fits = _fitted(curves, opts, reporter)
+    fits.warnings[:0] = [n for c in curves for n in c.notes]
+    return fits
 
 
 def _fitted(curves: list[Curve], opts: CurveOptions, reporter: Reporter | None) -> CurveFits:
@@ -233,6 +236,7 @@ def predict(
     # measured points; the others are fitted (only they have reports, figures, posteriors).
     answers = [measured_answer(c, opts, target, form) for c in curves]
     fits = _fitted([c for c, a in zip(curves, answers, strict=True) if a is None], opts, reporter)
+    fits.warnings[:0] = [n for c in curves for n in c.notes]
     reports = iter(fits.reports)
     for answer in answers:
         if answer is not None:
