@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from dlperf.procs import this_process
 from dlperf.store import RunStore
+from dlperf.store.query import CELL_CHARS
 from dlperf.store.record import current_status
 from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult, trained_run
@@ -204,6 +205,23 @@ def test_tags_set_show_list_and_remove(cli: Callable[..., CliResult], store: Run
     assert cli("runs", "tag", str(run), "note=", "baseline=no").code == 0
     assert store.get_run(run).tags == {"baseline": "no"}
     assert "has no tags" in cli("runs", "tag", str(run), "baseline=").out
+
+
+def test_list_cuts_a_long_model_data_or_tags_cell(
+    cli: Callable[..., CliResult], store: RunStore
+) -> None:
+    # Every row was padded to the widest: one model.name of 1 MB made 54 MB for 50 runs
+    # (round 35 C4's cause in runs list).
+    long = finished(store, "long", {"model": {"name": "m" * 10**5}, "data": {"name": "d" * 300}})
+    for _ in range(3):
+        finished(store, "short", {})
+    store.set_tags(long, {"a": "t" * 300})
+    out = cli("runs", "list").out
+    assert len(out) < 6 * 1200
+    cells = table_rows(out)[str(long)]
+    assert cells[3] == f"{'m' * CELL_CHARS}... (100,000 characters; --json holds it whole)"
+    assert cells[4].endswith("... (300 characters; --json holds it whole)")
+    assert cells[-1].endswith("... (302 characters; --json holds it whole)")  # a=ttt...
 
 
 @pytest.mark.parametrize(

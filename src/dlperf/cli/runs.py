@@ -49,7 +49,7 @@ def runs_list(
 
     Example: dlperf runs list --where model.name=resnet20 --where status=finished --limit 10
     """
-    from dlperf.store.query import config_value, list_runs, tags_text
+    from dlperf.store.query import config_value, cut_text, list_runs, tags_text
 
     runs = list_runs(open_listing, kind=kind, study=study, where=where or (), limit=limit)
     if console.printed_json(as_json, [r.to_dict() for r in runs]):
@@ -60,10 +60,10 @@ def runs_list(
         ["id", "name", "kind", "status", "model", "data", "test acc", "samples/s", "started"]
         + (["tags"] if tagged else []),
         [
-            [r.id, name_text(r.name), r.kind, r.status, config_value(r.config, "model.name"),
-             config_value(r.config, "data.name"), r.summary.get("test_accuracy"),
-             r.summary.get("throughput"), r.started]
-            + ([tags_text(r.tags)] if tagged else [])
+            [r.id, name_text(r.name), r.kind, r.status,
+             *(cut_text(config_value(r.config, k)) for k in ("model.name", "data.name")),
+             r.summary.get("test_accuracy"), r.summary.get("throughput"), r.started]
+            + ([cut_text(tags_text(r.tags))] if tagged else [])
             for r in runs
         ],
     )  # fmt: skip

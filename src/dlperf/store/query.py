@@ -794,7 +794,7 @@ class Comparison:
         """The comparison as `runs compare` tables it: results that no run has left out,
         peak memory in MiB."""
         # Δ of a config key from its values, which its cells may show as text (`_apart`)
-        config = [Row(_label(k), _apart(v), delta(v)) for k, v in self.config_diff.items()]
+        config = [Row(cut_text(k), _apart(v), delta(v)) for k, v in self.config_diff.items()]
         rows = []
         for key, values in self.summary.items():
             if any(v is not None for v in values):
@@ -845,10 +845,13 @@ def _cut(cell: str, size: str) -> str:
     return f"{cell[:CELL_CHARS]}... ({size}; --json holds it whole)"
 
 
-def _label(key: str) -> str:
-    """A config key as its row's label, cut past CELL_CHARS as a cell is: the label column
-    is padded to its widest too."""
-    return _cut(key, f"{len(key):,} characters") if len(key) > CELL_CHARS else key
+def cut_text(value: Any) -> Any:
+    """`value` as a table's cell: text past CELL_CHARS cut, saying so (a table off a terminal
+    pads every row to its column's widest cell: runs list's model, data and tags, compare's
+    labels); anything else as it is."""
+    if isinstance(value, str) and len(value) > CELL_CHARS:
+        return _cut(value, f"{len(value):,} characters")
+    return value
 
 
 def _list_text(value: list[Any] | tuple[Any, ...]) -> str:
