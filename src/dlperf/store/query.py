@@ -835,8 +835,9 @@ def list_cell(value: list[Any] | tuple[Any, ...]) -> str | None:
     return ", ".join(fmt(v) for v in value) or None
 
 
-# Of a text or list value in `runs compare`'s table: its every row was padded to the widest
-# cell (a config value of 1 MB and 10^4 keys made gigabytes). --json holds a value whole.
+# Of a text or list cell in `runs compare`'s and `runs list`'s tables: their every row was
+# padded to the widest cell (a config value of 1 MB and 10^4 keys made gigabytes). --json
+# holds a value whole.
 CELL_CHARS = 200
 
 
