@@ -139,12 +139,12 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
     as_index = [(item, label) for item, label in read if not _named(item, classes[label])]
     as_name = [item for item, label in read if _named(item, classes[label])]
     if as_index and as_name and any(c.strip().isdigit() for c in classes):
-        (item, label), listed = as_index[0], ", ".join(classes[:12])
+        item, label = as_index[0]
         raise UserError(
             f"--classes: {item.strip()} would be read as an index (class "
             f"{name_text(classes[label])}) and {as_name[0].strip()} as a class name, where "
             f"{name}'s classes are named by numbers",
-            f"give class names alone: {listed}{', ...' if len(classes) > 12 else ''}",
+            f"give class names alone: {_some(classes)}",
         )
     for at, label in enumerate(picked):
         if label in picked[:at]:
@@ -182,12 +182,15 @@ def _class_id(name: str, classes: list[str], item: str) -> int:
         )
     if bare.isdigit() and int(bare) < len(classes):
         return int(bare)
-    more = ", ..." if len(classes) > 12 else ""
-    listed = ", ".join(map(name_text, classes[:12])) + more
     raise UserError(
         f"--classes: {name} has no class '{bare}'",
-        f"give names or indices 0..{len(classes) - 1}: {listed}",
+        f"give names or indices 0..{len(classes) - 1}: {_some(classes)}",
     )
+
+
+def _some(classes: list[str]) -> str:
+    """The first 12 of `classes`, as --classes' lines show names, and "..." for more."""
+    return ", ".join(map(name_text, classes[:12])) + (", ..." if len(classes) > 12 else "")
 
 
 def _augments(cfg: AugmentConfig) -> bool:
