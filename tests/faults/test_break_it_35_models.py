@@ -20,6 +20,11 @@
   size divides the input's: its windows overlap otherwise (AdaptiveAvgPool2d(6) on 7x7: 49
   for the 144 of AvgPool2d(2, 1), the same windows). It counts each window's elements now,
   as the window pools do, and so does adaptive average pooling's backward.
+- C6: analyze and predict at fp16/bf16 refused a forward computing in float32 (`x.float()`)
+  saying "analyze feeds the model what a run feeds it, one bfloat16 tensor ...: its forward
+  must take that", though a run at that precision feeds float32 images under autocast and
+  trains it. The line now says that the count casts weights and input, which the run does
+  not, and to count at fp32 or cast in forward. (Counting under autocast is left.)
 - C7: run.channels_last with a model holding a 5-D tensor (a Conv3d's weight) ended in torch's
   "required rank 4 tensor to use channels_last format" traceback from the dry checks; it is
   refused there in one line naming the tensor.
@@ -268,3 +273,31 @@ def test_c7_channels_last_with_five_dimensional_weights_is_refused_in_one_line()
     )
     assert caught.value.hint == "set run.channels_last = false"
     check_run_form(Volume(), (1, 8, 8), "'v.py:net'")  # without it, it trains
+
+
+# --- C6: a float32 island under analyze's half precision ------------------------------------
+
+
+class FloatFirst(nn.Module):
+    """The tester's model (c6.sh): its forward takes uint8 or half images, `x.float()` first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(x.float()).mean((2, 3))
+
+
+def test_c6_a_forward_computing_in_float32_is_not_told_a_run_feeds_it_half() -> None:
+    """Before: "dlperf.analyze feeds the model what a run feeds it, one bfloat16 tensor of
+    images ...: its forward must take that", though a run at bf16 feeds float32 images under
+    autocast, and trains it."""
+    with pytest.raises(UserError) as caught:
+        analyze(FloatFirst(), (3, 8, 8), dtype="bf16")
+    assert caught.value.message.startswith("the model rejects input [1, 3, 8, 8]: RuntimeError")
+    assert caught.value.hint == (
+        "dlperf.analyze at bf16 casts the weights and the input to bfloat16, and the forward "
+        "computes in another dtype (x.float()), which a run's autocast allows: count it at "
+        "fp32, or cast to the weights' dtype in forward: x.to(layer.weight.dtype)"
+    )

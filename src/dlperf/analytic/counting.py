@@ -1758,6 +1758,17 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
         if refused is not None:
             raise refused from None
         fed = str(x.dtype).removeprefix("torch.")
+        half = {d: p for p, d in DTYPES.items() if d != torch.float32}
+        if x.dtype in half and "type" in first.lower():
+            # A run at this precision feeds float32 images under autocast, which lets a
+            # forward compute in float32 (x.float()): it was told a run feeds it this dtype.
+            raise UserError(
+                f"the model rejects input {list(x.shape)}: {said}",
+                f"{command} at {half[x.dtype]} casts the weights and the input to {fed}, and "
+                "the forward computes in another dtype (x.float()), which a run's autocast "
+                "allows: count it at fp32, or cast to the weights' dtype in forward: "
+                "x.to(layer.weight.dtype)",
+            ) from None
         fix = (
             _told(
                 command,
