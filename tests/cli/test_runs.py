@@ -224,6 +224,26 @@ def test_list_cuts_a_long_model_data_or_tags_cell(
     assert cells[-1].endswith("... (302 characters; --json holds it whole)")  # a=ttt...
 
 
+def test_show_cuts_a_long_config_model_or_tag_cell(
+    cli: Callable[..., CliResult], store: RunStore
+) -> None:
+    # A config value of 100,000 characters beside 20 top-level keys padded each of their rows
+    # to it, as did a long model.name each row of the run's table (round 35 C4's cause).
+    config = {"model": {"name": "m" * 10**5}, "v": "x" * 10**5, **{f"k{i}": i for i in range(20)}}
+    run = finished(store, "long", config)
+    store.set_tags(run, {"a": "t" * 300})
+    out = cli("runs", "show", str(run)).out
+    assert len(out) < 40 * 1200
+    shown, _, config = out.partition("\nconfig\n")
+    rows = table_rows(shown)
+    assert rows["model"] == [f"{'m' * CELL_CHARS}... (100,000 characters; --json holds it whole)"]
+    assert rows["tag a"][0].endswith("... (300 characters; --json holds it whole)")
+    rows = table_rows(config)
+    assert rows["model"][0].endswith("... (100,005 characters; --json holds it whole)")  # name=
+    assert rows["v"][0].endswith("... (100,000 characters; --json holds it whole)")
+    assert rows["k0"] == ["0"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -95,7 +95,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
 
     Example: dlperf runs show 1
     """
-    from dlperf.store.query import config_settings, config_value, metric_table, show
+    from dlperf.store.query import config_settings, config_value, cut_text, metric_table, show
 
     view = show(store := reader(), run_id, values=as_json)  # the table reads its own rows
     if console.printed_json(as_json, view.to_dict()):
@@ -103,8 +103,8 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
     run = view.run
     summary, system, process = run.summary, run.system or {}, run.process or {}
     rows: list[list[Any]] = [
-        ["model", config_value(run.config, "model.name")],
-        ["data", config_value(run.config, "data.name")],
+        ["model", cut_text(config_value(run.config, "model.name"))],
+        ["data", cut_text(config_value(run.config, "data.name"))],
         ["device", summary.get("device") or system.get("device")],
         ["study", run.study_id],
         ["started", run.started],
@@ -112,7 +112,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
     ]
     if run.status == "lost":
         rows.append(["lost", f"stored as running, but pid {process.get('pid')} is gone"])
-    rows += [[f"tag {k}", name_text(v)] for k, v in run.tags.items()]
+    rows += [[f"tag {k}", cut_text(name_text(v))] for k, v in run.tags.items()]
     rows += [list(r) for r in view.results()]
     rows += [["transfer", note] for note in transfer_notes(summary)]
     rows += [["error", run.error]] if run.error else []

@@ -190,7 +190,8 @@ def _toml_string(text: str) -> str:
 
 def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
     """One (section, its keys as KEY=VALUE) per section, unset keys left out: compact enough
-    to read in one screen, and each pair is what --set SECTION.KEY=VALUE takes."""
+    to read in one screen, and each pair is what --set SECTION.KEY=VALUE takes; a cell past
+    CELL_CHARS cut, saying so (`cut_text`)."""
     rows: list[tuple[str, str | None]] = []
     for section, value in config.items():
         if not isinstance(value, dict):  # None (detect's `weights`) as "-", as elsewhere
@@ -202,7 +203,7 @@ def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
             if v is not None and v != {} and v != []
         ]
         rows.append((section, " ".join(pairs) or None))
-    return rows
+    return [(cut_text(section), cut_text(keys)) for section, keys in rows]
 
 
 # The sections of an experiment, every one of which a dlperf run's config holds.
