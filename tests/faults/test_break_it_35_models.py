@@ -297,7 +297,7 @@ def test_c6_a_forward_computing_in_float32_is_not_told_a_run_feeds_it_half() -> 
         analyze(FloatFirst(), (3, 8, 8), dtype="bf16")
     assert caught.value.message.startswith("the model rejects input [1, 3, 8, 8]: RuntimeError")
     assert caught.value.hint == (
-        "dlperf.analyze at bf16 casts the weights and the input to bfloat16, and the forward "
-        "computes in another dtype (x.float()), which a run's autocast allows: count it at "
-        "fp32, or cast to the weights' dtype in forward: x.to(layer.weight.dtype)"
+        "dlperf.analyze at bf16 casts the weights and the input to bfloat16, where a run at "
+        "bf16 keeps them float32 and autocasts operator by operator (a forward computing "
+        "partly in float32, x.float(), trains there): count it at fp32"
     )

@@ -8,6 +8,10 @@
   environment variable (in a TOML file, or --set in single quotes) or as a file:// URL were
   made absolute against the current directory and "not found" there; they are said to be
   one, naming the path meant, as data.root's are.
+- C6: analyze/predict at fp16 or bf16 told any refusal whose text held "type" that the forward
+  computes in float32 (x.float()) and to cast to the weights' dtype, an operator without a
+  half kernel (linalg.inv) included; other refusals still said a run feeds it a half tensor.
+  Every refusal at a half precision says what the count does, and to count at fp32.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
+from dlperf.api import analyze
 from dlperf.config.experiment import ModelConfig
 from dlperf.engine.checks import check_scaled_dtypes
 from dlperf.errors import UserError
@@ -72,3 +77,31 @@ def test_a_model_file_written_with_a_variable_or_as_a_url_is_said_to_be_one(
     with pytest.raises(ValidationError) as caught:
         ModelConfig(**{key: written.replace("{d}", str(tmp_path))})
     assert said.replace("{d}", str(tmp_path)) in str(caught.value)
+
+
+# --- C6: analyze at a half precision, a forward failing for another reason than x.float() --
+
+
+class Inverts(nn.Module):
+    """A forward calling an operator that takes no bfloat16 (torch.linalg.inv)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.inv(self.c(x)[:, :, :4, :4]).flatten(1)
+
+
+def test_c6_a_half_precision_refusal_says_what_the_count_does_not_guess_why() -> None:
+    """Before: any error holding "type" ("Low precision dtypes not supported") was told "the
+    forward computes in another dtype (x.float())" and to cast to the weights' dtype, the
+    linalg.inv call unnamed; other errors still "what a run feeds it, one bfloat16 tensor"."""
+    with pytest.raises(UserError) as caught:
+        analyze(Inverts(), (3, 8, 8), dtype="bf16")
+    assert "Low precision dtypes not supported" in caught.value.message
+    assert caught.value.hint == (
+        "dlperf.analyze at bf16 casts the weights and the input to bfloat16, where a run at "
+        "bf16 keeps them float32 and autocasts operator by operator (a forward computing "
+        "partly in float32, x.float(), trains there): count it at fp32"
+    )

@@ -1759,28 +1759,28 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             raise refused from None
         fed = str(x.dtype).removeprefix("torch.")
         half = {d: p for p, d in DTYPES.items() if d != torch.float32}
-        if x.dtype in half and "type" in first.lower():
-            # A run at this precision feeds float32 images under autocast, which lets a
-            # forward compute in float32 (x.float()): it was told a run feeds it this dtype.
-            raise UserError(
-                f"the model rejects input {list(x.shape)}: {said}",
-                f"{command} at {half[x.dtype]} casts the weights and the input to {fed}, and "
-                "the forward computes in another dtype (x.float()), which a run's autocast "
-                "allows: count it at fp32, or cast to the weights' dtype in forward: "
-                "x.to(layer.weight.dtype)",
-            ) from None
-        fix = (
-            _told(
+        if _SHAPE_ERRORS.search(first):
+            fix = _told(
                 command,
                 "check analyze.input (C,H,W) and analyze.batch",
                 "check input_size (C, H, W) and batch",
             )
-            + " (batch norm in training needs 2 or more)"
-            if _SHAPE_ERRORS.search(first)
-            # not the shape: what the forward is given is the point
-            else f"{command} feeds the model what a run feeds it, one {fed} tensor of images "
-            "(batch, C, H, W): its forward must take that"
-        )
+            fix += " (batch norm in training needs 2 or more)"
+        elif x.dtype in half:
+            # Not what a run feeds it: a run at this precision keeps float32 weights and
+            # images under autocast, where a forward computing partly in float32 (x.float())
+            # trains. Which of its operators failed, said above, is the model's to tell.
+            fix = (
+                f"{command} at {half[x.dtype]} casts the weights and the input to {fed}, where "
+                f"a run at {half[x.dtype]} keeps them float32 and autocasts operator by "
+                "operator (a forward computing partly in float32, x.float(), trains there): "
+                "count it at fp32"
+            )
+        else:  # not the shape: what the forward is given is the point
+            fix = (
+                f"{command} feeds the model what a run feeds it, one {fed} tensor of images "
+                "(batch, C, H, W): its forward must take that"
+            )
         raise UserError(f"the model rejects input {list(x.shape)}: {said}", fix) from None
 
 
