@@ -24,7 +24,7 @@
   saying "analyze feeds the model what a run feeds it, one bfloat16 tensor ...: its forward
   must take that", though a run at that precision feeds float32 images under autocast and
   trains it. The line now says that the count casts weights and input, which the run does
-  not, and to count at fp32 or cast in forward. (Counting under autocast is left.)
+  not, and to count at fp32. (Counting under autocast is left.)
 - C7: run.channels_last with a model holding a 5-D tensor (a Conv3d's weight) ended in torch's
   "required rank 4 tensor to use channels_last format" traceback from the dry checks; it is
   refused there in one line naming the tensor.
