@@ -20,6 +20,11 @@ C5: `detect run --out` saved every image of one stem (cam1/0001.jpg, cam2/0001.j
 cam2/0001.png) as one NAME.det.png, each overwriting the one before, "saved" said for each.
 Such images are refused before any is read, naming them and the file they would share.
 
+C3: a leading ~ in a path option or argument (`--csv=~/c.csv`, `--out=~/x`, a quoted '~/voc'),
+where the shell leaves it, was read literally: reads failed for the wrong reason ("not a VOC
+data set"), writes made a folder named ~ in the current directory and said "~/x". Every path
+a command takes has its ~ expanded, as data.root, model.name and --db had.
+
 C7: an empty data.root ("" in a TOML template, `--set data.root=`) was the current directory
 (Path("") is "."): npz said ": not a readable .npz file ... a relative data.root", imagefolder
 read the train/ and val/ of wherever the command ran. It is refused on load.
@@ -209,3 +214,24 @@ def test_c4_a_class_picked_twice_is_refused() -> None:
 def test_c4_names_alone_and_indices_alone_are_read_as_before() -> None:
     assert pick_classes("imagefolder", NUMBERED, ["1", "10"]) == [0, 1]
     assert pick_classes("imagefolder", ["cat", "dog"], ["1", "cat"]) == [1, 0]
+
+
+# --- C3: a leading ~ in a path option --------------------------------------------------
+
+
+def test_c3_a_leading_tilde_in_a_path_option_is_the_home_folder(
+    cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    rows = "".join(f"{i},{2.0 / i}\n" for i in range(1, 9))
+    (home / "c.csv").write_text("step,loss\n" + rows)
+    r = cli("converge", "fit", "--csv=~/c.csv", "--x", "step", "--y", "loss", "--json")
+    assert r.code == 0, r.err
+    r = cli("data", "samples", "digits", "--out=~/samp", "--per-class", "1")
+    assert r.code == 0, r.err
+    assert len(list((home / "samp").glob("*.png"))) == 10
+    assert not (elsewhere / "~").exists()  # no folder named ~ where the command ran

@@ -5,13 +5,16 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import os
 import shlex
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.main
 from typer.core import TyperGroup
+from typer.models import TyperPath
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -41,11 +44,29 @@ def _restore_help(group: typer.Typer) -> None:
             _restore_help(sub.typer_instance)
 
 
+def _home_first(convert: Any, value: Any, param: Any, ctx: Any) -> Any:
+    return convert(os.path.expanduser(value) if isinstance(value, str) else value, param, ctx)
+
+
+def _expand_home(command: Any) -> None:
+    """A leading ~ in every path `command` and its sub-commands take is the home folder, where
+    the shell leaves it (`--out=~/x`, a quoted '~/x'), as it is in data.root, model.name and
+    --db: read literally, a read failed for the wrong reason and a write made a folder named ~."""
+    for param in command.params:
+        if isinstance(param.type, TyperPath):
+            param.type.convert = functools.partial(_home_first, param.type.convert)  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        _expand_home(sub)
+
+
 class _App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if sys.flags.optimize >= 2:
             _restore_help(self)
-        return super().__call__(*args, **kwargs)
+        # Typer.__call__ without its pretty-exception hook, which this app turns off
+        command = typer.main.get_command(self)
+        _expand_home(command)
+        return command(*args, **kwargs)
 
 
 app = _App(
