@@ -27,6 +27,7 @@ from dlperf.api import analyze
 from dlperf.config.experiment import ModelConfig
 from dlperf.engine.checks import check_scaled_dtypes
 from dlperf.errors import UserError
+from dlperf.models.registry import load_factory
 
 
 def test_c1_a_complex_parameter_under_fp16_is_refused_up_front() -> None:
@@ -105,3 +106,28 @@ def test_c6_a_half_precision_refusal_says_what_the_count_does_not_guess_why() ->
         "bf16 keeps them float32 and autocasts operator by operator (a forward computing "
         "partly in float32, x.float(), trains there): count it at fp32"
     )
+
+
+@pytest.mark.parametrize(
+    ("written", "said", "fix"),
+    [
+        (
+            "$MYD/net.py",
+            "holds the environment variable $MYD, which dlperf does not expand",
+            "write the path itself, {d}/net.py: only a shell expands a variable, outside "
+            "single quotes",
+        ),
+        ("file://{d}/net.py", "is a file:// URL, not a path", "give the path itself: {d}/net.py"),
+    ],
+)
+def test_a_model_argument_written_with_a_variable_or_as_a_url_is_said_to_be_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: str, said: str, fix: str
+) -> None:
+    """analyze's and predict's MODEL, read by load_factory, not through model.name: before,
+    "model file $MYD/net.py not found", the URL as file:/..., one slash lost."""
+    monkeypatch.setenv("MYD", str(tmp_path))
+    path = written.replace("{d}", str(tmp_path))
+    with pytest.raises(UserError) as caught:
+        load_factory(f"{path}:net")
+    assert caught.value.message == f"model file {path} {said}"
+    assert caught.value.hint == fix.replace("{d}", str(tmp_path))

@@ -55,7 +55,7 @@ from dlperf.errors import (
 )
 from dlperf.formatting import few
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text
-from dlperf.paths import not_regular
+from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
 from dlperf.stopping import STOP_SIGNALS, TIMER_SIGNALS, timer_of
 
@@ -189,6 +189,10 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
             f"model file {path} is not a regular file ({kind})", "use path/to/file.py:factory"
         )
     if not path.is_file():
+        # $HOME/net.py from a TOML file or single quotes, a file:// URL: said as one, the URL
+        # as written (Path drops one of its slashes), not "not found"
+        if (found := unexpanded(path_text)) is not None:
+            raise UserError(f"model file {path_text} {found[0]}", found[1])
         run = _REBUILDING.get()
         hint = (
             "use path/to/file.py:factory"
