@@ -167,3 +167,31 @@ def test_beta2_on_its_bound_lies_inside_its_interval() -> None:
     lo, hi = curve.intervals(samples, "optimus", p)["beta2"]
     assert lo <= fit.params["beta2"] <= hi
     assert hi == pytest.approx(np.percentile(samples[:, 2], 95))
+
+
+def _csv(tmp_path: Path, header: str, rows: list[tuple[object, ...]]) -> Path:
+    path = tmp_path / "log.csv"
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def test_a_csv_epoch_column_from_0_is_the_row_numbers_not_a_column_left_unused(
+    tmp_path: Path,
+) -> None:
+    """epoch 0..39 counts the rows: no warning that "--x epoch fits on it" (it refuses step 0)."""
+    path = _csv(tmp_path, "epoch,loss", [(i, 1 / (i + 1)) for i in range(40)])
+    assert curve.from_csv(path, None, "loss").notes == []
+
+
+def test_a_per_step_csv_whose_epoch_column_repeats_is_read_in_its_row_order(
+    tmp_path: Path,
+) -> None:
+    """epoch 0,0,...,1,1,... beside step 1..40 is a per-step log in order, not a resumed one;
+    a column that repeats its values is no step axis to offer as --x either."""
+    rows = [(i // 10, i + 1, 1 / (i + 1)) for i in range(40)]
+    read = curve.from_csv(_csv(tmp_path, "epoch,step,loss", rows), None, "loss")
+    assert (read.steps[-1], read.notes) == (40, [])
+    without_step = curve.from_csv(
+        _csv(tmp_path, "epoch,loss", [r[::2] for r in rows]), None, "loss"
+    )
+    assert without_step.notes == []

@@ -813,16 +813,18 @@ def _unused_steps(
     path: Path, name: str, lines: list[int], texts: dict[str, list[str]]
 ) -> list[str]:
     """What to say of column `name`, a step column that a fit on row numbers (no --x) leaves
-    unused: refused where its steps do not increase (a resumed log's repeated steps, rows out
-    of order), whose rows were fitted as one ordered curve; else a line saying that the rows
-    are the steps, where the column counts other steps (logged every 10: "step 28" predicted
-    for step 280). Nothing where it is the row numbers or holds no numbers."""
+    unused: refused where its steps go back (a resumed log's repeated steps, rows out of
+    order), whose rows were fitted as one ordered curve; else a line saying that the rows are
+    the steps, where the column counts other steps (logged every 10: "step 28" predicted for
+    step 280). Nothing where it is the row numbers (from 1 or 0), repeats a value (a per-step
+    log's epoch) or holds no numbers."""
     try:
         steps = np.asarray(column_numbers(path, name, lines, texts[name]))
     except UserError:  # not a column of steps: words, blanks
         return []
     shown = one_line(name)
-    if (back := np.flatnonzero(np.diff(steps) <= 0)).size:
+    # Back, not level: a per-step log's epoch column repeats each epoch, its rows in order.
+    if (back := np.flatnonzero(np.diff(steps) < 0)).size:
         i = int(back[0])
         before, after = (one_line(texts[name][j].strip()) for j in (i, i + 1))
         raise UserError(
@@ -831,7 +833,10 @@ def _unused_steps(
             "these are not in the order of training",
             f"give each step once, in order, and --x {shown} to fit on the column",
         )
-    if np.array_equal(steps, np.arange(1.0, len(steps) + 1)):
+    rows = np.arange(1.0, len(steps) + 1)
+    if np.array_equal(steps, rows) or np.array_equal(steps, rows - 1):  # epochs from 0 too
+        return []
+    if (np.diff(steps) == 0).any():  # repeats: no step axis for --x, which refuses them
         return []
     return [
         f"{path}: the steps are the row numbers 1..{len(steps)}; column '{shown}' "
