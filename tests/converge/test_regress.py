@@ -89,3 +89,8 @@ def test_cli_regress_on_csv_curves(cli: Callable[..., Any], tmp_path: Path) -> N
     assert (tmp_path / "r.png").stat().st_size > 0
     r = cli("converge", "regress", sources[0], "--features", "depth", "--y", "loss")
     assert r.code == 2 and "too few" in r.err
+    # Without --x, fitted on row numbers as fit and predict are, and said as they say it.
+    r = cli("converge", "regress", *sources, "--features", "depth", "--y", "loss")
+    assert r.code == 0, r.err
+    unused = "the steps are the row numbers 1..40; column 'step' (10 to 400) is not used"
+    assert " ".join(r.err.split()).count(unused) == len(sources), r.err  # wrapped lines

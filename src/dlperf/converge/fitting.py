@@ -626,7 +626,8 @@ def regress(
         only = "stored runs" if of_runs else "CSV sources"
         _refuse_unread(opts, of_runs, f"only {only} were given")
     found = regress_sources(sources, features, opts, open_store)
-    warnings, betas, windows = [], [], []
+    warnings = [n for c, _ in found for n in c.notes]  # as fit and predict say them
+    betas, windows = [], []
     for c, _ in found:
         n_fit = curve.fit_window(c, opts.upto, opts.upto_step)
         unfit = curve.nothing_to_fit(c, opts.metric, n_fit)
