@@ -143,6 +143,7 @@ def test_c2_ddp_finds_unused_parameters_on_every_rank_where_one_rank_has_some(
 
 
 @pytest.mark.faults  # a torchrun start: over 10 s under load (make test-faults)
+@pytest.mark.timeout(300)  # a hang (the fault itself) fails in 5 minutes, not the suite's 15
 def test_c2_a_forward_that_differs_by_rank_trains_at_a_two_worker_point(
     cli: Callable[..., Any], db: str, tmp_path: Path
 ) -> None:
