@@ -836,9 +836,9 @@ def list_cell(value: list[Any] | tuple[Any, ...]) -> str | None:
     return ", ".join(fmt(v) for v in value) or None
 
 
-# Of a text or list cell in `runs compare`'s and `runs list`'s tables: their every row was
-# padded to the widest cell (a config value of 1 MB and 10^4 keys made gigabytes). --json
-# holds a value whole.
+# Of a text or list cell in the tables of `runs list`, `runs show` and `runs compare`: their
+# every row was padded to the widest cell (a config value of 1 MB and 10^4 keys made
+# gigabytes). --json holds a value whole.
 CELL_CHARS = 200
 
 
@@ -849,8 +849,8 @@ def _cut(cell: str, size: str) -> str:
 
 def cut_text(value: Any) -> Any:
     """`value` as a table's cell: text past CELL_CHARS cut, saying so (a table off a terminal
-    pads every row to its column's widest cell: runs list's model, data and tags, compare's
-    labels); anything else as it is."""
+    pads every row to its column's widest cell: the model, data and tags of runs list and
+    runs show, show's config, compare's labels); anything else as it is."""
     if isinstance(value, str) and len(value) > CELL_CHARS:
         return _cut(value, f"{len(value):,} characters")
     return value
