@@ -29,6 +29,7 @@ from dlperf import stopping
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_ENV = "DLPERF_PARENT_PID"  # set by whoever starts a guarded command: its own pid
+SAFEPATH_WAS = "DLPERF_PYTHONSAFEPATH_WAS"  # the user's PYTHONSAFEPATH ("": unset)
 STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
 REAP_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
 POLL_S = 0.05
@@ -113,6 +114,19 @@ def process_alive(process: dict[str, Any]) -> bool | None:
     return stat is None or process.get("start") is None or stat[1] == process["start"]
 
 
+def restore_safepath() -> None:
+    """In a worker, whose own sys.path PYTHONSAFEPATH kept safe as it started: what it starts
+    in turn (a user's model running `python tools/script.py`, which imports a module beside
+    it) gets the user's own setting back, as under `dlperf run`."""
+    was = os.environ.pop(SAFEPATH_WAS, None)
+    if was is None:  # not started by the Supervisor
+        return
+    if was:
+        os.environ["PYTHONSAFEPATH"] = was
+    else:
+        os.environ.pop("PYTHONSAFEPATH", None)
+
+
 def guard() -> None:
     """`python -c GUARD PROGRAM ARGS...`: become PROGRAM, bound to die with the parent whose
     pid is in $DLPERF_PARENT_PID, and put our own pid there for PROGRAM's children.
@@ -164,12 +178,14 @@ class Supervisor:
         """Start the guarded `command` in a session of its own, its output in `log`."""
         # PYTHONSAFEPATH: `python -c` and `-m` (the guard, sweep's and torchrun's workers, and
         # what those start) put the working directory first on sys.path, where dlperf's own
-        # process does not: a user's random.py or typing.py there broke every worker.
+        # process does not: a user's random.py or typing.py there broke every worker. Each
+        # worker gives the user's own setting back to what it starts (restore_safepath).
         child_env = {
             **os.environ,
             **(env or {}),
             PARENT_ENV: str(os.getpid()),
             "PYTHONSAFEPATH": "1",
+            SAFEPATH_WAS: os.environ.get("PYTHONSAFEPATH", ""),
         }
         # A stop signal waits until the child is on the list that `stop` signals.
         with stopping.shielded(), log.open("wb") as out:

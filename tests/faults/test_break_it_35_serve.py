@@ -52,6 +52,28 @@ def test_a_child_imports_what_dlperf_imports_not_the_working_directorys_files(
     assert log.read_text().strip() == "<class 'random.Random'>"
 
 
+def test_what_a_worker_starts_gets_the_users_own_safepath_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: PYTHONSAFEPATH reached past the workers into what they start: a user's model
+    running `python tools/script.py`, which imports a module beside it, worked under `run`
+    and failed under `sweep --jobs N` and `scale`. A worker gives the setting back."""
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "helper.py").write_text("WORD = 'beside'\n")
+    (tmp_path / "tools" / "script.py").write_text("from helper import WORD\nprint(WORD)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    worker = (
+        "import subprocess, sys; from dlperf.procs import restore_safepath; restore_safepath(); "
+        "subprocess.run([sys.executable, 'tools/script.py'], check=True)"
+    )
+    log = tmp_path / "log"
+    with Supervisor() as supervisor:
+        supervisor.start([sys.executable, "-c", worker], log)
+        assert supervisor.wait(timeout_s=120) == [0], log.read_text()
+    assert log.read_text().strip() == "beside"
+
+
 def flattening(path: Path, declared: list[str | int]) -> Path:
     """x [N, 3] -> Reshape(-1) -> y, its shape declared as `declared`: its length is 3 N,
     not N."""

@@ -40,6 +40,7 @@ from typing import Any
 from dlperf.distributed.contracts import RankResult, WorkerSpec
 from dlperf.distributed.tf_worker import dataset, keras_model, weights
 from dlperf.distributed.window import fail, measure_host_steps, write_pid
+from dlperf.procs import restore_safepath
 
 
 def _torch(spec: WorkerSpec, directory: Path) -> RankResult:
@@ -184,6 +185,7 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
 
 
 def main() -> None:
+    restore_safepath()
     spec_path = Path(sys.argv[1])
     directory = spec_path.parent
     rank = int(os.environ["HOROVOD_RANK"])  # set by horovodrun before the worker starts

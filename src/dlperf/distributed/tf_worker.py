@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
 from dlperf.distributed.window import measure_host_steps, write_pid
+from dlperf.procs import restore_safepath
 
 if TYPE_CHECKING:
     from dlperf.config import Experiment
@@ -231,6 +232,7 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
 
 
 def main() -> None:
+    restore_safepath()
     spec_path, rank = Path(sys.argv[1]), int(sys.argv[2])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     write_pid(spec_path.parent, rank)

@@ -69,6 +69,7 @@ from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_lo
 from dlperf.errors import UserError, model_exited
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
+from dlperf.procs import restore_safepath
 from dlperf.system import peak_memory_bytes, synchronize
 from dlperf.timing import mark, seconds_from
 
@@ -484,6 +485,7 @@ def fail_in_one_line(directory: Path, rank: int, line: str) -> NoReturn:
 
 @record
 def main(argv: list[str] | None = None) -> None:
+    restore_safepath()
     spec_path = Path((argv or sys.argv[1:])[0])
     spec = WorkerSpec.read(spec_path)
     directory = spec_path.parent

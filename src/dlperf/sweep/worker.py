@@ -22,12 +22,14 @@ from dlperf import stopping
 from dlperf.config import build_experiment
 from dlperf.errors import UserError, interrupted
 from dlperf.paths import atomic_write
+from dlperf.procs import restore_safepath
 from dlperf.progress import NullReporter
 from dlperf.store import RunStore
 from dlperf.sweep.runner import failure, run_point
 
 
 def main(argv: list[str]) -> int:
+    restore_safepath()
     config, result, study_id, since = argv
     try:
         exp = build_experiment(json.loads(Path(config).read_text()), config)
