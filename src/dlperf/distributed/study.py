@@ -460,13 +460,14 @@ imaginary parts."""
 def check_complex_comm(model: torch.nn.Module, comms: Sequence[str], name: str) -> None:
     """Refuse a compressing --comm for a model that trains complex parameters."""
     hooks = [c for c in comms if c in COMPRESSING_HOOKS]
-    trained = model.named_parameters()
+    if not hooks:
+        return
     complex_ = [
         f"{n} ({str(p.dtype).removeprefix('torch.')})"
-        for n, p in trained
+        for n, p in model.named_parameters()
         if p.requires_grad and p.is_complex()
     ]
-    if hooks and complex_:
+    if complex_:
         raise UserError(
             f"--comm {hooks[0]} cannot compress complex gradients: model {name} trains "
             f"{few(complex_)}",
