@@ -205,6 +205,17 @@ def _signal_handlers() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _recursion_limit() -> Iterator[None]:
+    """Python's recursion limit after each test as before it: a model file a test imports in
+    this worker may raise it (dlperf keeps a raised one, as its error tells users to do), and
+    the next test's depth check (dlperf.models.registry.too_deep) then judged a 201-deep model
+    against that limit, not the default, and passed it (CI, round 35)."""
+    before = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(before)
+
+
+@pytest.fixture(autouse=True)
 def _one_torch_thread() -> None:
     """Each test starts with torch on one thread, not on what the test before it in this
     worker left (a dlperf command with run.threads unset leaves all the usable cores set).
