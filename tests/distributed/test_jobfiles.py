@@ -567,6 +567,27 @@ def test_the_three_cloud_jobs_describe_the_same_study(
         assert fields["output location"] == CLOUD_ARGS[kind][1]
 
 
+def test_emitting_a_cloud_job_imports_no_torch(db: str, tiny_exp: Callable, tmp_path: Path) -> None:
+    """--emit only checks the study's options and writes a file: a fresh interpreter emits
+    all three cloud jobs without importing torch (4 CPU-seconds on a CI machine)."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    jobs = {kind: str(tmp_path / f"{kind}.job") for kind in CHECKS}
+    probe = (
+        "import sys\nfrom dlperf.cli import main\n"
+        f"for kind, out in {jobs!r}.items():\n"
+        f"    extra = {CLOUD_ARGS!r}[kind]\n"
+        f"    sys.argv = ['dlperf', 'scale', {str(exp)!r}, '--workers', '4', '--mode', 'weak',\n"
+        "                '--per-worker-batch', '8', '--steps', '5', '--nnodes', '2',\n"
+        "                '--emit', kind, '--out', out, *extra]\n"
+        "    try:\n        main()\n    except SystemExit as e:\n        assert not e.code, e\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stdout.splitlines()[-1:] == ["[]"], result.stdout + result.stderr
+    for kind, out in jobs.items():  # and the jobs were written
+        assert CHECKS[kind](_load(kind, Path(out).read_text())) == []
+
+
 def _fake_dlperf(directory: Path) -> dict[str, str]:
     """A `dlperf` on PATH that prints its arguments and DLPERF_DB as JSON."""
     program = directory / "dlperf"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from dlperf.config import ScaleConfig
 from dlperf.distributed import planning
@@ -29,7 +30,7 @@ from dlperf.errors import UserError
 @pytest.fixture(autouse=True)
 def cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host of 4 usable cores and no GPU."""
-    monkeypatch.setattr(planning.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # planning imports it late
     monkeypatch.setattr(planning, "usable_cores", lambda: 4)
 
 

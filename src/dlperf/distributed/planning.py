@@ -15,8 +15,6 @@ import importlib.util
 import itertools
 from dataclasses import asdict, dataclass
 
-import torch
-
 from dlperf.analytic.devices import get_device
 from dlperf.config import ScaleConfig, ScaleMode
 from dlperf.distributed.launch import check_endpoint
@@ -66,6 +64,8 @@ def batch_split(mode: str, workers: int, batch: int | None) -> tuple[int, int]:
 
 
 def resolve_backend(name: str) -> str:
+    import torch  # here, as in tf_allreduce and plan: --emit checks the options without it
+
     if name not in BACKENDS:
         raise UserError(f"unknown backend '{name}'", f"use {', '.join(BACKENDS)}")
     if name == "auto":
@@ -153,6 +153,8 @@ def strategies(opts: ScaleConfig) -> list[str]:
 
 def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
     """The TensorFlow all-reduces of one strategy's points (its default when none is given)."""
+    import torch
+
     gpus = torch.cuda.is_available()
     valid = TF_ALLREDUCE[strategy]
     default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
@@ -191,6 +193,8 @@ def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
 def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     """Every point of the study after checking the options: series by series (the modes in
     the order given, each mode's batches smallest first), fewest workers first in each."""
+    import torch
+
     check_options(opts)
     chosen = strategies(opts)
     if opts.node_rank >= opts.nnodes:
