@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,15 +15,15 @@ from dlperf.config import ScheduleConfig, load_experiment
 from dlperf.data import load_data
 from dlperf.engine import checkpoint, loop, train
 from dlperf.engine.build import build_model
-from dlperf.engine.hooks import Hooks, StepEnd
+from dlperf.engine.hooks import HOOKS_ENV, Hooks, StepEnd
 from dlperf.engine.optim import lr_factor
 from dlperf.engine.timers import PHASES, PhaseTimer
 from dlperf.errors import UserError
 from dlperf.experiment.run import resume_run, run_experiment
 from dlperf.records import RunSummary
 from dlperf.store import RunStore
-from tests.conftest import FakeEvent
-from tests.hooks import PAUSE_ENV, PauseAt, hook_env
+from tests.conftest import CliResult, FakeEvent
+from tests.hooks import PAUSE_ENV, SIGNAL_ENV, PauseAt, install
 
 
 def test_a_digits_run_learns_and_is_recorded(
@@ -240,42 +236,35 @@ RESUMABLE = "log_every = 5\n"  # appended to the [run] section
 
 
 def test_resume_continues_exactly(
-    store: RunStore, db: str, tiny_exp: Callable[..., Path], tmp_path: Path
+    store: RunStore,
+    db: str,
+    tiny_exp: Callable[..., Path],
+    cli: Callable[..., CliResult],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Interrupt a real `dlperf run` process with SIGINT in its third epoch, after its second
-    checkpoint, resume it, and compare every logged value with an uninterrupted run."""
+    """Interrupt `dlperf run` with SIGINT in its third epoch, after its second checkpoint,
+    resume it, and compare every logged value with an uninterrupted run. The run is stopped
+    in this process, through the CLI's own stop handling: a process start was most of this
+    test's time, and real processes stopped by SIGINT, SIGTERM and SIGKILL at seeded steps
+    and resumed are tests/faults/test_run_faults.py's."""
     path = tiny_exp(epochs=3, extra=RESUMABLE)
     # 256 training images: 8 steps an epoch, the stop at step 21 (what is compared is exact,
     # whatever the accuracy)
     path.write_text(path.read_text().replace("\n[train]", "\nlimit = 256\n[train]"))
     reference = run_experiment(load_experiment(path), store)
 
-    # The engine's test hook stops the run at that step, so the signal cannot come too late.
+    # The engine's test hook sends the signal at that step, so it cannot come too late.
     step = 2 * reference.summary.steps_per_epoch + 5
-    marker = tmp_path / "paused"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlperf", "--db", db, "run", str(path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **hook_env("pause_at_step", f"{step}:{marker}")},
-    )
+    install(monkeypatch, "signal_in_exec", f"{step}:INT")
+    stopped = cli("--db", db, "run", str(path))
+    for name in (HOOKS_ENV, SIGNAL_ENV):
+        monkeypatch.delenv(name)
+    assert stopped.code == 130, stopped.err
     run_id = reference.run_id + 1
-    deadline = time.monotonic() + 300
-    try:
-        while not marker.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, f"the run never reached step {step}"
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=300) == 130
-    finally:
-        proc.kill()
-        proc.wait()
     # The store as the command line named it (round 28): without it the hint opened ./dlperf.db
     again = f"dlperf --db {db} run --resume {run_id}"
     hint = f"run {run_id} stopped; continue it from its last checkpoint: {again}"
-    assert hint in proc.stderr.read()
+    assert hint in stopped.err
     interrupted = store.get_run(run_id)
     assert interrupted.status == "killed"
     assert store.last_step(run_id, "val/acc1") == 2
