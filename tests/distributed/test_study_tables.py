@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -793,6 +795,62 @@ def test_weak_and_strong_scaling_in_one_study_and_one_figure(
     assert ax.get_ylabel() == "efficiency (solid: on throughput, dashed: on time)"
     # issue 39: the course's weak-scaling efficiency on iteration time, beside throughput's
     assert "weak, 8 per worker: ddp/allreduce, on step time" in curves
+
+
+def test_weak_and_strong_points_of_one_launch_are_measured_once(
+    cli: Callable,
+    tiny_exp: Callable,
+    fake_workers: Callable,
+    store: RunStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Strong's global batch 64 at 1 and 2 workers is weak's 64 and 32 per worker at 1 and 2:
+    those two launches run once a round and serve both series, whose rows, tables, store
+    and figures are what a launch per point gives (the figures are drawn from the rows)."""
+    from dlperf.distributed import study
+
+    # A step's time: 10 ms per 8 images a worker takes, 25% more on 2 workers.
+    fake_workers(lambda n, b: [0.01 * b / 8 * (1 if n == 1 else 1.25)] * 10)
+    fake, launched = study.run_torchrun, []
+
+    def counted(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
+        spec = WorkerSpec.read(directory / "spec.json")
+        launched.append((nproc, spec.per_worker_batch, directory.name))
+        return fake(directory, nproc, *args, **kwargs)
+
+    monkeypatch.setattr(study, "run_torchrun", counted)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--mode", "weak,strong",
+            "--per-worker-batch", "32,64", "--global-batch", "64", "--repeat", "2"]  # fmt: skip
+
+    def outputs() -> tuple[Any, str, str, list[Any]]:
+        """The study's --json rows (but run ids), table, CSV and stored runs, and its launches:
+        (workers, per-worker batch, directory) each."""
+        del launched[:]
+        r = cli(*args, "--no-plots", "--json")
+        assert r.code == 0, r.err
+        doc = json.loads(r.out)
+        rows = [{k: v for k, v in row.items() if k != "run_id"} for row in doc["rows"]]
+        runs = [(run.name, run.status, run.config["point"], run.summary)
+                for run in store.list_runs(study_id=doc["study_id"])]  # fmt: skip
+        for _, _, _, summary in runs:
+            summary.pop("run_id", None)
+        table, course = cli(*args, "--no-plots"), cli(*args, "--no-plots", "--csv")
+        assert table.code == course.code == 0, table.err + course.err
+        said = re.sub(r"study \d+", "study N", table.out)  # the table's title names its study
+        return (rows, doc["efficiency_definitions"], runs), said, course.out, launched[:]
+
+    once, table, course, launches = outputs()
+    rounds = [(1, 32), (2, 32), (1, 64), (2, 64)]  # weak's; strong's are (1, 64) and (2, 32)
+    assert [launch[:2] for launch in launches] == rounds * 2 * 3  # 2 rounds, 3 commands
+    # the last round in its points' own directories: strong's p4 and p5 have none
+    assert [launch[2] for launch in launches[:8]] == ["round1"] * 4 + ["p0", "p1", "p2", "p3"]
+
+    monkeypatch.setattr(study, "twins", lambda points, steps: {})  # a launch per point
+    each, table_each, course_each, launches = outputs()
+    assert [launch[:2] for launch in launches] == [*rounds, (1, 64), (2, 32)] * 2 * 3
+    assert len(once[0]) == 6 and [row["mode"] for row in once[0]] == ["weak"] * 4 + ["strong"] * 2
+    assert once == each
+    assert table == table_each and course == course_each
 
 
 def test_the_figures_show_the_time_to_train_an_epoch(

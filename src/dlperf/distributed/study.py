@@ -13,7 +13,7 @@ experiment trains with its backbone frozen, as a run would.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -134,6 +134,9 @@ class Study:
         # that leaving the study (`with Study(...)`) marks those still open.
         self.measured: dict[int, list[list[RankResult]]] = {}
         self.records: dict[int, tuple[ExitStack, Recording]] = {}
+        # By the point's index: its launch of the round now running (directory, row), which
+        # a twin of a later series reads rather than launching its own (`run_point`).
+        self.launched: dict[int, tuple[Path, PointRow]] = {}
         self.open_runs = ExitStack()
 
     def __enter__(self) -> Study:
@@ -232,19 +235,25 @@ class Study:
             self.reference = comm_reference(self.store, self.backend)
             self.ring = self.reference.ring_model if self.reference else None
 
+    def _workers(self, point: Point, warn: bool) -> tuple[int, int]:
+        """The point's workers per node and threads per worker; `warn`: say (once a point)
+        when they oversubscribe the cores."""
+        per_node = self.per_node(point)
+        threads = self.threads(per_node)
+        oversubscribed = self.backend == "gloo" and per_node * threads > self.cores
+        if oversubscribed and warn:
+            self.warnings.append(
+                f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
+                "oversubscribed, timings are pessimistic"
+            )
+        return per_node, threads
+
     def _prepare(
         self, index: int, point: Point, steps: int, extra: dict[str, Any], round_: str = ""
     ) -> tuple[Path, int, int]:
         """Write the point's spec.json into its directory (`p{index}`, a round's under it);
         the directory, workers per node and threads per worker."""
-        per_node = self.per_node(point)
-        threads = self.threads(per_node)
-        oversubscribed = self.backend == "gloo" and per_node * threads > self.cores
-        if oversubscribed and not round_:
-            self.warnings.append(
-                f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
-                "oversubscribed, timings are pessimistic"
-            )
+        per_node, threads = self._workers(point, not round_)
         spec = replace(self.spec(point, threads, steps), **extra)
         where = f"scale-{self.study_id}" if self.writer else "scale-node"
         directory = self.out_dir / where / f"p{index}" / round_
@@ -286,24 +295,41 @@ class Study:
         extra: dict[str, Any],
         round_: int = 0,
         rounds: int = 1,
+        twin: int | None = None,
     ) -> PointRow:
         """Launch round `round_` of `rounds` of one point; after its last, store it (node 0)
         with every round and return its row (an earlier round's row has no summary). A
-        failed round fails the point: its row is final."""
+        failed round fails the point: its row is final. With `twin`, the index of a point
+        of this round that launched what this one would (`twins`), launch nothing: take that
+        launch as this point's, and store and compare it in this point's own series."""
         opts = self.opts
         last = round_ == rounds - 1
-        directory, per_node, threads = self._prepare(
-            index, point, steps, extra, "" if last else f"round{round_ + 1}"
-        )
         counted = f"round {round_ + 1}/{rounds}, " if rounds > 1 else ""
-        self.reporter.task(f"{counted}point {index + 1}/{total}: {point.label()}")
+        said = f"{counted}point {index + 1}/{total}: {point.label()}"
+        if twin is None:
+            directory, per_node, threads = self._prepare(
+                index, point, steps, extra, "" if last else f"round{round_ + 1}"
+            )
+            self.reporter.task(said)
+        else:
+            per_node, threads = self._workers(point, round_ == 0)
+            directory, launched = self.launched[twin]
+            self.reporter.task(f"{said}: measured by point {twin + 1}'s launch")
+
+        def start(run_id: int | None) -> PointRow:
+            if twin is None:
+                return self._start(point, directory, per_node, threads, run_id, index)
+            return replace(launched, run_id=run_id, mode=point.mode)
+
         if not self.writer:
-            row = self._start(point, directory, per_node, threads, None, index)
+            row = start(None)
+            self.launched[index] = (directory, row)
             if last or row.status == "failed":
                 self.rows.append(row)
             return row
         run = self._record(index, point, threads)
-        row = self._start(point, directory, per_node, threads, run.id, index)
+        row = start(run.id)
+        self.launched[index] = (directory, row)
         if row.status == "failed":
             run.fail(str(row.error), summary=row.to_dict())
             self._close(index)
@@ -530,17 +556,34 @@ def run_study(
 
     # Rounds interleaved across the points (each point once per round, in the same order),
     # so that a burst of load hits every point alike; a point that failed is not run again.
+    # A point that launches what an earlier one does (weak and strong share a few) takes
+    # that one's launch of the round.
     failed: set[int] = set()
+    twin = twins(points, steps)
     with study:
         for round_, (index, point) in itertools.product(range(opts.repeat), enumerate(points)):
             if index in failed:
                 continue
-            row = study.run_point(index, len(points), point, steps(point), {}, round_, opts.repeat)
+            row = study.run_point(index, len(points), point, steps(point), {}, round_, opts.repeat,
+                                  twin.get(index))  # fmt: skip
             if row.status == "failed":
                 if opts.on_failure == "stop":
                     break
                 failed.add(index)
     return study.result()
+
+
+def twins(points: Sequence[Point], steps: Callable[[Point], int]) -> dict[int, int]:
+    """index -> the index of the first point whose launch is the same as this later one's:
+    the same workers, batches, comm, strategy, bucket size and steps in another mode's series
+    (--mode weak,strong: strong's B at N workers is weak's B/N per worker at N). The worker
+    spec holds no mode, so one launch measures both."""
+    first: dict[tuple[Point, int], int] = {}
+    found = {}
+    for index, point in enumerate(points):
+        key = (replace(point, mode=None), steps(point))
+        found[index] = first.setdefault(key, index)
+    return {index: twin for index, twin in found.items() if twin != index}
 
 
 def record_figures(store: RunStore, saved: list[tuple[int, str, Path]]) -> list[str]:
