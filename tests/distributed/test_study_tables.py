@@ -837,7 +837,8 @@ def test_weak_and_strong_points_of_one_launch_are_measured_once(
         table, course = cli(*args, "--no-plots"), cli(*args, "--no-plots", "--csv")
         assert table.code == course.code == 0, table.err + course.err
         said = re.sub(r"study \d+", "study N", table.out)  # the table's title names its study
-        return (rows, doc["efficiency_definitions"], runs), said, course.out, launched[:]
+        found = (rows, doc["efficiency_definitions"], doc["warnings"], runs)
+        return found, said, course.out, launched[:]
 
     once, table, course, launches = outputs()
     rounds = [(1, 32), (2, 32), (1, 64), (2, 64)]  # weak's; strong's are (1, 64) and (2, 32)

@@ -312,7 +312,7 @@ class Study:
             )
             self.reporter.task(said)
         else:
-            per_node, threads = self._workers(point, round_ == 0)
+            per_node, threads = self._workers(point, last)  # warned as _prepare warns
             directory, launched = self.launched[twin]
             self.reporter.task(f"{said}: measured by point {twin + 1}'s launch")
 
