@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.engine.hooks import HOOKS_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from dlperf.sweep import load_sweep
 from dlperf.system import usable_cores
 from tests.conftest import CliResult
-from tests.hooks import hook_env
+from tests.hooks import SIGNAL_ENV, hook_env, install
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
 # 128 training images in batches of 32: 4 steps per epoch.
@@ -314,24 +315,41 @@ def test_a_failed_point_is_recorded_and_the_sweep_goes_on_or_stops(
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
-    jobs: str, cli: Callable[..., CliResult], tmp_path: Path, db: str, store: RunStore
+    jobs: str,
+    cli: Callable[..., CliResult],
+    tmp_path: Path,
+    db: str,
+    store: RunStore,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Points 1 and 2 train 4 steps and never reach step 6; point 3 trains 8 and parks there.
-    Under --jobs 2 point 3 starts only once point 1 or 2 has ended and freed its worker's
-    place; the signal finds the other finished or training. The points that 2 workers of 1
-    thread each ran are found again by a rerun in this process (--jobs 1)."""
+    """Points 1 and 2 train 4 steps and never reach step 6; point 3 trains 8 and is stopped
+    there. Under --jobs 2 point 3 starts only once point 1 or 2 has ended and freed its
+    worker's place; the signal finds the other finished or training. The points that 2
+    workers of 1 thread each ran are found again by a rerun in this process (--jobs 1).
+    --jobs 1 trains its points in dlperf's own process: that sweep runs in this process and
+    SIGINTs itself at step 6 (the signal_in_exec hook), through the CLI's own stop handling,
+    as test_break_it_27_resume.py stops a run; --jobs 2's real process and its workers
+    take a real SIGINT from outside, parked at step 6."""
     body = '[zip]\n"train.epochs" = [1, 1, 2]\n"train.lr" = [0.1, 0.05, 0.05]\n'
     path = write_sweep(tmp_path, body)
-    proc = start_sweep(tmp_path, db, str(path), "--jobs", jobs, pause_at=6)
-    try:
-        wait_for(lambda: (tmp_path / "parked").exists(), "point 3 to park at step 6")
-        if jobs == "2":
+    if jobs == "1":
+        install(monkeypatch, "signal_in_exec", "6:INT")
+        interrupted = cli("sweep", str(path), "--jobs", jobs)
+        for name in (HOOKS_ENV, SIGNAL_ENV):
+            monkeypatch.delenv(name)
+        assert interrupted.code == 130, interrupted.err
+        err = interrupted.err
+    else:
+        proc = start_sweep(tmp_path, db, str(path), "--jobs", jobs, pause_at=6)
+        try:
+            wait_for(lambda: (tmp_path / "parked").exists(), "point 3 to park at step 6")
             wait_for(lambda: len(worker_pids((tmp_path / "stderr.txt").read_text())) == 3,
                      "the third worker")  # fmt: skip
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
-    finally:
-        proc.kill()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
+        finally:
+            proc.kill()
+        err = (tmp_path / "stderr.txt").read_text()
     params = [(1, 0.1), (1, 0.05), (2, 0.05)]
     runs = {(r.config["train"]["epochs"], r.config["train"]["lr"]): r for r in store.list_runs()}
     stopped = [runs[p] for p in params]
@@ -340,7 +358,7 @@ def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
         assert [r.status for r in stopped[:2]] == ["finished", "finished"]
     else:  # each worker's config: the 2 cores split between the 2 jobs
         assert {r.config["run"]["threads"] for r in stopped} == {max(1, usable_cores() // 2)}
-    pids = worker_pids((tmp_path / "stderr.txt").read_text())
+    pids = worker_pids(err)
     assert len(pids) == (0 if jobs == "1" else 3)
     assert not any(alive(pid) for pid in pids) and processes_under(tmp_path) == {}
 
