@@ -101,7 +101,9 @@ def test_delete_force_leaves_a_dlperf_run_programs_run_alone(
     cli: Cli, db: str, store: RunStore, tiny_exp: Callable[..., Path]
 ) -> None:
     """Before: SIGTERM ended the user's program (exit -15), its run left unmarked."""
-    child, run = _child(API_RUN, db, tiny_exp(epochs=1))
+    exp = tiny_exp(epochs=1)  # 64 images: once let go, the run has only to reach its end
+    exp.write_text(exp.read_text().replace('name = "digits"', 'name = "digits"\nlimit = 64'))
+    child, run = _child(API_RUN, db, exp)
     try:
         forced = cli("runs", "delete", str(run), "--yes", "--force")
         assert forced.code == 2, (forced.out, forced.err)
