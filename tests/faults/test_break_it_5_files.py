@@ -6,7 +6,9 @@ a directory or a link to /dev/zero, was said to be one the run never wrote ("it 
 before its first epoch ended"); a SIGKILL mid-save leaves `checkpoint.part.pt` behind.
 
 The commands that could block run in a process of their own under a guard: a regression that
-blocks fails its test instead of hanging the suite (a guard, not a timing assertion).
+blocks fails its test instead of hanging the suite (a guard, not a timing assertion). The
+report, which reads its traces in this thread (two pages: no drawing workers), runs in this
+process under pytest-timeout's guard instead, whose signal ends a blocked open().
 """
 
 from __future__ import annotations
@@ -161,7 +163,10 @@ def test_a_trace_that_is_not_a_regular_file_is_refused_unopened(
 
 
 @pytest.mark.faults  # over 10 s under load: make test-faults
-def test_a_fifo_trace_costs_the_report_only_its_own_tables(store: RunStore, tmp_path: Path) -> None:
+@pytest.mark.timeout(GUARD_S)
+def test_a_fifo_trace_costs_the_report_only_its_own_tables(
+    cli: Cli, store: RunStore, tmp_path: Path
+) -> None:
     good, bad = tmp_path / "good", tmp_path / "bad"
     for folder in (good, bad):
         folder.mkdir()
@@ -173,7 +178,7 @@ def test_a_fifo_trace_costs_the_report_only_its_own_tables(store: RunStore, tmp_
     bad_id = traced_run(store, trace)
 
     site = tmp_path / "site"
-    result = dlperf("report", str(good_id), str(bad_id), "--out", str(site))
+    result = cli("report", str(good_id), str(bad_id), "--out", str(site))
     assert result.code == 0, result.err
     page = {run_id: (site / f"run-{run_id}.html").read_text() for run_id in (good_id, bad_id)}
     assert "1 steps profiled on cpu" in page[good_id]
