@@ -5,10 +5,11 @@ link to /dev/zero was read up to the 256 MiB cap; a checkpoint removed, or repla
 a directory or a link to /dev/zero, was said to be one the run never wrote ("it stopped
 before its first epoch ended"); a SIGKILL mid-save leaves `checkpoint.part.pt` behind.
 
-The commands that could block run in a process of their own under a guard: a regression that
-blocks fails its test instead of hanging the suite (a guard, not a timing assertion). The
-report, which reads its traces in this thread (two pages: no drawing workers), runs in this
-process under pytest-timeout's guard instead, whose signal ends a blocked open().
+The commands that could block run under a guard: a regression that blocks fails its test
+instead of hanging the suite (a guard, not a timing assertion). `runs trace` and `report`
+(two pages: no drawing workers) read their traces in this thread: they run in this process
+under pytest-timeout, whose signal ends a blocked open(); `Commands` runs the others
+(test_break_it_5_resume.py's, test_break_it_9_data.py's) in a process of their own.
 """
 
 from __future__ import annotations
@@ -35,22 +36,6 @@ from tests.test_trace_caps import gz, step_events, traced_run
 
 Cli = Callable[..., CliResult]
 GUARD_S = 300  # far past what each command takes on the busy shared machine
-
-
-def dlperf(*args: str) -> CliResult:
-    """`dlperf ARGS` in a process (group) of its own, against DLPERF_DB; killed with any
-    workers, and the test failed, if it is still running after GUARD_S."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlperf", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=GUARD_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
-    return CliResult(proc.returncode, out, err)
 
 
 # One child for several commands: for each line it reads (a directory, DLPERF_DB, arguments)
@@ -80,11 +65,11 @@ for line in sys.stdin:
 
 
 class Commands:
-    """`dlperf ARGS` commands run one after another in one process (group) of its own, under
-    the guard of `dlperf`: one start, torch's import included, for several commands that may
-    block, with files changed between them. Each runs where `dlperf` would start it: in this
-    process's directory, against its DLPERF_DB, at the call. Killed, with any workers, on
-    leaving."""
+    """`dlperf ARGS` commands run one after another in one process (group) of its own, each
+    failing its test if still running after GUARD_S: one start, torch's import included, for
+    several commands that may block, with files changed between them. Each runs where
+    `dlperf` would start it: in this process's directory, against its DLPERF_DB, at the call.
+    Killed, with any workers, on leaving."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -149,9 +134,10 @@ def remove(path: Path) -> None:
 # --- traces -----------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(GUARD_S)
 @pytest.mark.parametrize("make", [fifo, link_to_dev_zero], ids=["fifo", "dev-zero"])
 def test_a_trace_that_is_not_a_regular_file_is_refused_unopened(
-    store: RunStore, tmp_path: Path, make: Callable[[Path], None]
+    cli: Cli, store: RunStore, tmp_path: Path, make: Callable[[Path], None]
 ) -> None:
     """Before: a FIFO blocked in open() forever; /dev/zero was read to the 256 MiB cap and
     refused as too large."""
@@ -159,7 +145,7 @@ def test_a_trace_that_is_not_a_regular_file_is_refused_unopened(
     trace.parent.mkdir()
     make(trace)
     run_id = traced_run(store, trace)
-    one_line(dlperf("runs", "trace", str(run_id)), 2, f"the trace {trace} is not a regular file")
+    one_line(cli("runs", "trace", str(run_id)), 2, f"the trace {trace} is not a regular file")
 
 
 @pytest.mark.faults  # over 10 s under load: make test-faults
