@@ -3,15 +3,24 @@ page says it prints.
 
 Each ```bash block of the page is a problem's deliverable. Its lines run in order, for real,
 in one `tmp_path` per block that has the repository's `examples/` and `tests/fixtures/` copied in,
-a fresh run store (`DLPERF_DB`) and `dlperf` meaning `python -m dlperf`. A line may end in
+a fresh run store (`DLPERF_DB`) and `dlperf` meaning dlperf's own entry point. A line may end in
 `#=> TEXT` (or `#=> TEXT #=> MORE`, one command checked for two figures instead of run twice):
 each TEXT must then be in what the line printed (stdout and stderr), and every line must
 exit 0. `export NAME=VALUE` lines set NAME for the lines after them. Nothing is rewritten:
 the page shows exactly what runs.
+
+A line that is one plain `dlperf ARGS` command, which bash would hand on word for word, runs
+in this process through the real entry point, `dlperf.cli.main()` (as tests/conftest.py's
+`cli` fixture does): a `python -m dlperf` process imports torch and torch._dynamo, 6-8 CPU-s,
+before it does anything, and the page has about 35 lines. A line with shell syntax (a pipe, a
+redirection, a glob that matches files, `$`, quotes) runs under `bash -c`, with `dlperf`
+meaning `python -m dlperf`; the README's quick start keeps a plain line in a process of its
+own too (tests/scenarios/test_quickstart.py).
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -21,6 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.scenario
 
@@ -30,6 +40,12 @@ TIMEOUT_S = 600  # per line: generous, the machine may be shared and busy
 BASH_FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 HEADING = re.compile(r"^## (.+)$", re.M)
 EXPECT = " #=> "
+# bash's comment: a `#` that starts a word, and the rest of the line.
+COMMENT = re.compile(r"(?:^|\s)#.*", re.S)
+# Characters bash gives no meaning to in a word (no quotes, `$`, `~`, `{`, `*`, `?`, `;`, `&`,
+# `|`, `<`, `>`, `(`, `\`), and `[`: bash leaves a word with a bracket expression as it is
+# written where it matches no file (`--set train.schedule.milestones=[2,3]`), checked below.
+PLAIN = re.compile(r"[A-Za-z0-9_.,:/=@+%\[\] -]+")
 
 
 def blocks() -> list[tuple[str, list[str]]]:
@@ -47,6 +63,42 @@ def blocks() -> list[tuple[str, list[str]]]:
     return found
 
 
+def plain_dlperf(line: str, cwd: Path) -> list[str] | None:
+    """The arguments of a line that is one plain `dlperf ARGS` command, as bash would pass
+    them; None for a line that needs bash."""
+    command = COMMENT.sub("", line)
+    if not PLAIN.fullmatch(command):
+        return None
+    argv = shlex.split(command)
+    if argv[:1] != ["dlperf"]:
+        return None
+    if any("[" in word and glob.glob(word, root_dir=cwd) for word in argv):
+        return None  # bash would put the files it matches in its place
+    return argv[1:]
+
+
+def run_in_process(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`dlperf ARGS` through the real entry point in this process: its exit code, and what it
+    printed (stdout and stderr, its child processes' included: captured at the descriptors)."""
+    from dlperf.cli import main
+
+    # Each command starts on one torch thread, as each test does (tests/conftest.py's
+    # _one_torch_thread), not on what the line before it set (run.threads, --threads).
+    torch.set_num_threads(1)
+    argv = sys.argv
+    sys.argv = ["dlperf", *args]
+    capfd.readouterr()
+    try:
+        main()
+        code = 0  # main() ends in SystemExit; as tests/conftest.py's `cli`, in case it returns
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = argv
+    captured = capfd.readouterr()
+    return code, captured.out + captured.err
+
+
 def test_the_page_has_a_block_per_problem() -> None:
     found = blocks()
     assert len(found) >= 10
@@ -54,27 +106,65 @@ def test_the_page_has_a_block_per_problem() -> None:
     assert sum(EXPECT in line for _, lines in found for line in lines) >= len(found)
 
 
+def test_plain_lines_are_told_from_shell_syntax(tmp_path: Path) -> None:
+    """What runs in this process is exactly what bash would have run as `dlperf ARGS`."""
+    assert plain_dlperf("dlperf analyze vgg16  #=> avgpool: 212x212 px", tmp_path) == [
+        "analyze",
+        "vgg16",
+    ]
+    assert plain_dlperf("dlperf sweep s.toml --set m=[2,3]  #=> x", tmp_path) == [
+        "sweep",
+        "s.toml",
+        "--set",
+        "m=[2,3]",
+    ]
+    (tmp_path / "m=2").touch()  # now bash would replace the word by that file's name
+    for line in (
+        "dlperf sweep s.toml --set m=[2,3]",
+        "dlperf infer digits.onnx samples/*.png --topk 1",
+        "dlperf converge regress a.csv --json > curve.json",
+        "dlperf runs list | head -1",
+        "dlperf runs show $RUN",
+        "dlperf run 'my exp.toml'",
+        "dlperf run a.toml && dlperf runs list",
+        "python -m dlperf runs list",
+    ):
+        assert plain_dlperf(line, tmp_path) is None, line
+
+
 @pytest.mark.parametrize(("heading", "lines"), blocks(), ids=[h for h, _ in blocks()])
-def test_a_problem_runs_as_the_page_says(heading: str, lines: list[str], tmp_path: Path) -> None:
+def test_a_problem_runs_as_the_page_says(
+    heading: str,
+    lines: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     for folder in ("examples", "tests/fixtures"):
         shutil.copytree(ROOT / folder, tmp_path / folder)
-    env = {**os.environ, "DLPERF_DB": str(tmp_path / "dlperf.db"), "COLUMNS": "200"}
-    env.pop("DLPERF_DEVICES", None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DLPERF_DB", str(tmp_path / "dlperf.db"))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
     prelude = f'dlperf() {{ {shlex.quote(sys.executable)} -m dlperf "$@"; }}; '
     for line in lines:
         if line.startswith("export "):
             name, _, value = line.removeprefix("export ").split(" #")[0].strip().partition("=")
-            env[name] = value
+            monkeypatch.setenv(name, value)
             continue
-        done = subprocess.run(
-            ["bash", "-c", prelude + line],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-        said = done.stdout + done.stderr
-        assert done.returncode == 0, f"{line}\n{said}"
+        args = plain_dlperf(line, tmp_path)
+        if args is not None:
+            code, said = run_in_process(args, capfd)
+        else:
+            done = subprocess.run(
+                ["bash", "-c", prelude + line],
+                cwd=tmp_path,
+                env=os.environ.copy(),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
+            code, said = done.returncode, done.stdout + done.stderr
+        assert code == 0, f"{line}\n{said}"
         for expected in line.split(EXPECT)[1:]:
             assert expected.strip() in said, f"{line}\n{said}"
