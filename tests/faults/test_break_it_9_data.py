@@ -10,8 +10,8 @@ An .npz set of 2 or 7 channels trains, but `data describe` crashed in matplotlib
 traceback, exit 1) and `data samples` in PIL, leaving an empty output directory behind.
 
 The commands that could block run under a guard, a regression that blocks failing its test
-instead of hanging the suite: those of an image folder (a training run) in a process of their
-own, `data describe npz` and `converge fit` in this one, a watchdog freeing a blocked reader.
+instead of hanging the suite: in this process, a watchdog freeing a reader blocked on the FIFO
+(in any thread, or a loader's worker process: it opens the FIFO itself for writing).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import pytest
 
 from dlperf.errors import UserError
 from tests.conftest import CliResult
-from tests.faults.test_break_it_5_files import Commands
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -81,14 +80,6 @@ def npz_set(path: Path, channels: int) -> np.ndarray:
 # --- cause 1: a FIFO among the user's files ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def guarded() -> Iterator[Commands]:
-    """The module's guarded commands, each in its test's directory and store, in one process:
-    one start for them all (about 13 s each on the busy machine)."""
-    with Commands() as commands:
-        yield commands
-
-
 @pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize(
     "command",
@@ -99,16 +90,16 @@ def guarded() -> Iterator[Commands]:
         "sweep sweep.toml",
     ],
 )
-def test_a_fifo_in_an_image_folder_is_one_line(
-    command: str, db: str, tmp_path: Path, guarded: Commands
-) -> None:
+def test_a_fifo_in_an_image_folder_is_one_line(command: str, cli: Cli, tmp_path: Path) -> None:
     """Before: each blocked in PIL's open() of the FIFO, without a word, until killed."""
     image_folder(tmp_path / "img")
     fifo = tmp_path / "img" / "train" / "a" / "x.png"
     os.mkfifo(fifo)
     (tmp_path / "exp.toml").write_text(EXPERIMENT)
     (tmp_path / "sweep.toml").write_text(SWEEP)
-    result = guarded(*command.split())
+    with watched(fifo) as freed:
+        result = cli(*command.split())
+    assert not freed, f"dlperf {command} blocked on the FIFO"
     one_line(result, 2, "img/train/a/x.png is not a regular file (a FIFO)")
 
 
