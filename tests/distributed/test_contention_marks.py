@@ -2,7 +2,7 @@
 rows of --json, the table, the CSV and the figures; a speedup above ideal carries the CPU
 wait of the point that was slowed; every point runs the same threads per worker. Whole
 studies run through the command with torchrun replaced (as in test_study_tables), and once
-for real on a core a busy process holds."""
+for real on a core a busy process holds (that launch is also the feature-extract point's)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
+from dlperf.config import load_experiment
 from dlperf.contention import CONTENDED, Contention
+from dlperf.data import load_data
 from dlperf.distributed.contracts import WorkerSpec, write_ranks
 from dlperf.distributed.launch import Launch
+from dlperf.engine.build import build_model
+from dlperf.experiment.run import run_experiment
+from dlperf.models.transfer import split_params
+from dlperf.store import RunStore
 from tests.conftest import rank_result
 from tests.distributed.test_study import write_experiment
 
@@ -131,19 +138,33 @@ def test_threads_per_worker_overrides_the_fair_share(
     reason="needs Linux's per-thread schedstat",
 )
 def test_a_real_study_on_a_busy_core_is_marked(
-    busy_core: int, cli: Callable, tmp_path: Path
+    busy_core: int, cli: Callable, store: RunStore, tmp_path: Path
 ) -> None:
     """Real torchrun workers pinned, with the study, to the core a busy process holds: the
     point's ranks measure their wait and the point is marked. The study runs in this
     process's thread, pinned to that core while it runs (the workers inherit it). One point
     of two workers, one launch: how a study marks each of its points and a speedup read from
-    a slowed base is test_a_slowed_base_marks_every_figure_read_from_it's, torchrun faked."""
+    a slowed base is test_a_slowed_base_marks_every_figure_read_from_it's, torchrun faked.
+
+    The same launch is a feature-extract point (a launch of its own once, in
+    tests/distributed/test_study.py: 2 workers' start-up, 15 CPU-s): model.weights = run:ID
+    (trained on 16x16 images) with feature extraction, so the workers train at 16x16 with the
+    source's statistics, which the stored config states, and DDP registers only the head's
+    parameters for all-reduce. Its all-reduce is compressed to fp16 (a hook of
+    test_study.py's test_compression_hooks_keep_replicas_in_step): its replicas stay
+    identical."""
     exp = write_experiment(tmp_path)
-    args = ["scale", str(exp), "--workers", "2", *STUDY[:-2], "--warmup-steps", "1"]
+    source = load_experiment(exp, ["data.image_size=16", "train.epochs=1", "run.threads=1"])
+    seen = run_experiment(source, store)["data"]
+    assert seen["shape"] == [1, 16, 16]
+    start = [f'model.weights="run:{store.list_runs(kind="run")[0].id}"']
+    start += ['model.transfer="feature-extract"']
+    sets = [a for s in start for a in ("--set", s)]
+    args = ["scale", str(exp), "--workers", "2", *STUDY[:-2], "--warmup-steps", "1", *sets]
     allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {busy_core})
     try:
-        r = cli(*args, "--steps", "6", "--synthetic", "--no-plots", "--no-comm-split",
+        r = cli(*args, "--steps", "6", "--comm", "fp16", "--no-plots", "--no-comm-split",
                 "--allow-oversubscribe", "--repeat", "1", "--json")  # fmt: skip
     finally:
         os.sched_setaffinity(0, allowed)
@@ -156,6 +177,22 @@ def test_a_real_study_on_a_busy_core_is_marked(
     # second busy loop on that core and another pytest worker beside it; 40-60% alone).
     assert row["cpu_wait_share"] >= CONTENDED, row
     assert row["reliable"] is False and row["reliability_note"].startswith("contended")
+
+    # The feature-extract point: trained, frozen, at the weights' resolution and statistics.
+    assert row["status"] == "finished" and row["throughput"] > 0 and row["comm"] == "fp16"
+    assert row["replica_max_diff"] == 0.0  # fp16 hands every rank the same gradient
+    frozen = load_experiment(exp, [*start, "data.image_size=16"])
+    model = build_model(frozen, load_data(frozen.data), torch.device("cpu"))
+    backbone, head = split_params(model)
+    head_bytes = sum(p.numel() * p.element_size() for p in head)
+    assert head_bytes < sum(p.numel() * p.element_size() for p in backbone) / 10
+    assert row["grad_bytes"] == head_bytes
+    (result,) = tmp_path.glob("dlperf_runs/**/p0/result.json")
+    for rank in json.loads(result.read_text())["ranks"]:
+        assert rank["main"]["ddp"]["reduced_bytes"] == head_bytes  # DDP's own count
+    (run,) = store.list_runs(kind="scale")
+    data = run.config["experiment"]["data"]
+    assert (data["image_size"], data["mean"], data["std"]) == (16, seen["mean"], seen["std"])
 
 
 def test_rounds_interleave_the_points_and_give_the_speedup_an_interval(

@@ -24,8 +24,6 @@ from dlperf.data import load_data
 from dlperf.distributed.launch import free_port, worker_pids
 from dlperf.distributed.scaling import EFFICIENCY
 from dlperf.engine.build import build_model
-from dlperf.experiment.run import run_experiment
-from dlperf.models.transfer import split_params
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from tests.distributed.test_allreduce import assert_benchmark_record
@@ -235,45 +233,11 @@ def test_allreduce_bench_then_one_and_two_workers(
     assert not torch.equal(shards[0]["x"], shards[1]["x"])
 
 
-def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
-    cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path
-) -> None:
-    """model.weights = run:ID (trained on 16x16 images) with feature extraction: the workers
-    train at 16x16 with the source's statistics, which the stored config states, and DDP
-    registers only the head's parameters for all-reduce. The point's all-reduce is compressed
-    to fp16 (a hook of test_compression_hooks_keep_replicas_in_step): its
-    replicas stay identical."""
-    source = load_experiment(exp_path, ["data.image_size=16", "train.epochs=1", "run.threads=1"])
-    seen = run_experiment(source, store)["data"]
-    assert seen["shape"] == [1, 16, 16]
-    start = [f'model.weights="run:{store.list_runs(kind="run")[0].id}"']
-    start += ['model.transfer="feature-extract"']
-    args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--no-comm-split"]
-    r = cli(*args, "--comm", "fp16", *[a for s in start for a in ("--set", s)], "--json")
-    assert r.code == 0, r.err
-    (row,) = json.loads(r.out)["rows"]
-    assert row["status"] == "finished" and row["throughput"] > 0 and row["comm"] == "fp16"
-    assert row["replica_max_diff"] == 0.0  # fp16 hands every rank the same gradient
-
-    exp = load_experiment(exp_path, [*start, "data.image_size=16"])
-    model = build_model(exp, load_data(exp.data), torch.device("cpu"))
-    backbone, head = split_params(model)
-    head_bytes = sum(p.numel() * p.element_size() for p in head)
-    assert head_bytes < sum(p.numel() * p.element_size() for p in backbone) / 10
-    assert row["grad_bytes"] == head_bytes
-    (result,) = tmp_path.glob("dlperf_runs/**/p0/result.json")
-    for rank in json.loads(result.read_text())["ranks"]:
-        assert rank["main"]["ddp"]["reduced_bytes"] == head_bytes  # DDP's own count
-    (run,) = store.list_runs(kind="scale")
-    data = run.config["experiment"]["data"]
-    assert (data["image_size"], data["mean"], data["std"]) == (16, seen["mean"], seen["std"])
-
-
 def test_compression_hooks_keep_replicas_in_step() -> None:
     """fp16/bf16 compress the all-reduce and PowerSGD replaces it with a low-rank one; each
     still hands every rank the same gradient, so the replicas stay identical (unlike noop).
-    Through real workers: fp16 in the feature-extract point's launch
-    (test_a_feature_extract_point_runs_frozen_at_the_weights_resolution), PowerSGD in the
+    Through real workers: fp16 in the feature-extract point's launch (test_contention_marks.py's
+    test_a_real_study_on_a_busy_core_is_marked), PowerSGD in the
     profiled point's (tests/test_traces.py), noop in test_two_nodes_on_loopback_store_once.
     bf16 is torch's fp16 hook at another dtype: here, each name registers its hook."""
     from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
