@@ -1,7 +1,7 @@
 """The README's quick start runs as it is written.
 
 The quick start is the README's fenced ```bash blocks between `<!-- quickstart -->` and
-`<!-- /quickstart -->`. Each line is run for real as `python -m dlperf ...` in `tmp_path`, with
+`<!-- /quickstart -->`. Each line runs for real as `dlperf ...` in `tmp_path`, with
 the repository's `examples/` copied there and `DLPERF_DB` pointing at a file in `tmp_path`.
 Two rewrites, documented here; nothing else is changed:
 
@@ -13,11 +13,13 @@ Two rewrites, documented here; nothing else is changed:
 - `export NAME=VALUE` sets NAME for the following commands, except that `DLPERF_DB` becomes a
   file of the same name in `tmp_path`, so no store outside `tmp_path` is ever touched.
 
-The first command runs as `python -m dlperf` in a process of its own: the one place the
-scenarios start dlperf's module entry point for real (a fresh interpreter's start-up and
-imports, its exit code). The others run in this process through the same entry point's
-`dlperf.cli.main()`, as tests/conftest.py's `cli` fixture does: each process would import
-torch and torch._dynamo first, 6-8 CPU-s, and prove nothing the first does not.
+The first command runs as `python -m dlperf` in a process of its own, kept so on purpose: the
+scenarios' one plain command in a real process (a fresh interpreter's start-up and imports,
+its exit code; tests/scenarios/test_course.py starts processes only for its lines with shell
+syntax, which a change to the page could remove). The others run in this process through
+the same entry point's `dlperf.cli.main()`, as tests/conftest.py's `cli` fixture does: each
+process would import torch and torch._dynamo first, 6-8 CPU-s, and prove nothing the first
+does not.
 """
 
 from __future__ import annotations
