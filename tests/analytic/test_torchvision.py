@@ -4,10 +4,10 @@
 them GFLOPS; they are GMACs of convolutions and matrix products) must equal dlperf's MACs
 to the three decimals torchvision prints, at the crop size of the weights' own transforms.
 
-A larger sibling of a family that is checked here, built by the same builder with the same
-blocks (only deeper, wider, in other groups or at another crop), proves nothing its smaller
-sibling does not: it is left out (`SAME_CODE_AS`, each with the case that runs its code), and
-the suite's slowest cases with it. Every other weight is checked.
+A sibling of a family that is checked here, built by the same builder with the same blocks
+(only shallower or deeper, narrower or wider, in other groups or at another crop), proves
+nothing the checked one does not: it is left out (`SAME_CODE_AS`, each with the case that runs
+its code), and the suite's slowest cases with it. Every other weight is checked.
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ SAME_CODE_AS = {
     "densenet161-224": "densenet121-224",
     "densenet169-224": "densenet121-224",
     "densenet201-224": "densenet121-224",
-    # the B family's width/depth multipliers and crop; b1-b3 keep crops of 240 to 300
+    # the B family's width/depth multipliers and crop: b3 rounds channels by a width
+    # multiplier (b0's is 1.0) at a crop the 224 of the other families does not check
+    "efficientnet_b0-224": "efficientnet_b3-300",
+    "efficientnet_b1-240": "efficientnet_b3-300",
+    "efficientnet_b2-288": "efficientnet_b3-300",
     "efficientnet_b4-380": "efficientnet_b3-300",
     "efficientnet_b5-456": "efficientnet_b3-300",
     "efficientnet_b6-528": "efficientnet_b3-300",
@@ -53,9 +57,19 @@ SAME_CODE_AS = {
     "convnext_small-224": "convnext_tiny-224",
     "convnext_base-224": "convnext_tiny-224",
     "convnext_large-224": "convnext_tiny-224",
-    # RegNet's block at other widths, depths and group widths, at each crop
+    # RegNet's block at other widths, depths and group widths, at each crop (X without
+    # squeeze-excitation, Y with it; torchvision's one builder and block for every size)
+    "regnet_x_400mf-224": "regnet_x_8gf-224",
+    "regnet_x_800mf-224": "regnet_x_8gf-224",
+    "regnet_x_1_6gf-224": "regnet_x_8gf-224",
+    "regnet_x_3_2gf-224": "regnet_x_8gf-224",
     "regnet_x_16gf-224": "regnet_x_8gf-224",
     "regnet_x_32gf-224": "regnet_x_8gf-224",
+    "regnet_y_400mf-224": "regnet_y_16gf-224",
+    "regnet_y_800mf-224": "regnet_y_16gf-224",
+    "regnet_y_1_6gf-224": "regnet_y_16gf-224",
+    "regnet_y_3_2gf-224": "regnet_y_16gf-224",
+    "regnet_y_8gf-224": "regnet_y_16gf-224",
     "regnet_y_32gf-224": "regnet_y_16gf-224",
     "regnet_y_128gf-224": "regnet_y_16gf-224",
     "regnet_y_32gf-384": "regnet_y_16gf-384",
