@@ -23,13 +23,7 @@ from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult
 from tests.deploy.test_export_unfinished import stopped_run
-from tests.faults.test_break_it_5_files import (
-    Commands,
-    directory,
-    fifo,
-    link_to_dev_zero,
-    remove,
-)
+from tests.faults.test_break_it_5_files import directory, fifo, link_to_dev_zero, remove
 from tests.faults.test_store_faults import one_line
 
 MODEL = """
@@ -49,15 +43,16 @@ def Net(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
 
 @pytest.mark.faults  # a real run killed in epoch 2, then resumed to its end: minutes here
 def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resumable(
-    db: str, tmp_path: Path
+    cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
     """A real run SIGKILLed in epoch 2 (its epoch-1 checkpoint written). Its model file
     changed: resume and export say which parameters differ in one line, the run stays lost.
-    Then (test_break_it_5_files.py's round, on the same killed run: one run and one commands'
-    process for both) its checkpoint removed or replaced: resume and export name the file
-    and what is wrong with it, never "it stopped before its first epoch ended", and never
-    open it (a FIFO would block). Both put back, with a stale `checkpoint.part.pt` beside it
-    (a kill mid-save), the run resumes to the end and the next save leaves no partial file."""
+    Then (test_break_it_5_files.py's round, on the same killed run: one run for both) its
+    checkpoint removed or replaced: resume and export name the file and what is wrong with
+    it, never "it stopped before its first epoch ended", and never open it (a FIFO would
+    block: in this thread, which pytest-timeout's signal frees, failing the test). Both put
+    back, with a stale `checkpoint.part.pt` beside it (a kill mid-save), the run resumes to
+    the end and the next save leaves no partial file."""
     file = tmp_path / "net.py"
     file.write_text(MODEL.format(width=8))
     name = f"{file}:Net"
@@ -76,36 +71,36 @@ def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resuma
     )
     hint = "(restore the file the run was trained with, or train it again)"
     out = tmp_path / "m.onnx"
-    with Commands() as dlperf_in_one:  # one process for the refusals and the resume
-        one_line(dlperf_in_one("run", "--resume", "1"), 2, said, hint)
-        assert (store.get_run(1).status, store.get_run(1).error) == ("lost", None)
-        one_line(dlperf_in_one("export", "1", "--out", str(out)), 2, said, hint)
-        assert not out.exists()
-        # Each command imports the model file afresh: the process that refused it resumes
-        # the run once the file is restored.
-        file.write_text(MODEL.format(width=8))
+    # The refusals and the resume in this process: the run's own is gone (SIGKILLed)
+    one_line(cli("run", "--resume", "1"), 2, said, hint)
+    assert (store.get_run(1).status, store.get_run(1).error) == ("lost", None)
+    one_line(cli("export", "1", "--out", str(out)), 2, said, hint)
+    assert not out.exists()
+    # Each command imports the model file afresh: the process that refused it resumes the run
+    # once the file is restored.
+    file.write_text(MODEL.format(width=8))
 
-        again = "(put the run's checkpoint back, or train the run again)"
-        for make, what in [
-            (None, "is missing"),
-            (fifo, "is not a regular file"),
-            (directory, "is not a regular file"),
-            (link_to_dev_zero, "is not a regular file"),
-        ]:
-            remove(path)
-            if make is not None:
-                make(path)
-            said = f"error: run 1's checkpoint {path} {what} {again}"
-            one_line(dlperf_in_one("run", "--resume", "1"), 2, said)
-            one_line(dlperf_in_one("export", "1", "--out", str(out)), 2, said)
-        assert store.get_run(1).status == "lost"
-        assert not out.exists()
-
+    again = "(put the run's checkpoint back, or train the run again)"
+    for make, what in [
+        (None, "is missing"),
+        (fifo, "is not a regular file"),
+        (directory, "is not a regular file"),
+        (link_to_dev_zero, "is not a regular file"),
+    ]:
         remove(path)
-        path.write_bytes(saved)
-        part = path.with_name("checkpoint.part.pt")
-        part.write_bytes(saved[: len(saved) // 2])
-        resumed = dlperf_in_one("run", "--resume", "1")
+        if make is not None:
+            make(path)
+        said = f"error: run 1's checkpoint {path} {what} {again}"
+        one_line(cli("run", "--resume", "1"), 2, said)
+        one_line(cli("export", "1", "--out", str(out)), 2, said)
+    assert store.get_run(1).status == "lost"
+    assert not out.exists()
+
+    remove(path)
+    path.write_bytes(saved)
+    part = path.with_name("checkpoint.part.pt")
+    part.write_bytes(saved[: len(saved) // 2])
+    resumed = cli("run", "--resume", "1")
     assert resumed.code == 0, resumed.err
     assert store.get_run(1).status == "finished"
     assert not part.exists()
