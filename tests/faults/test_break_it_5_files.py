@@ -8,8 +8,9 @@ before its first epoch ended"); a SIGKILL mid-save leaves `checkpoint.part.pt` b
 The commands that could block run under a guard: a regression that blocks fails its test
 instead of hanging the suite (a guard, not a timing assertion). `runs trace` and `report`
 (two pages: no drawing workers) read their traces in this thread: they run in this process
-under pytest-timeout, whose signal ends a blocked open(); `Commands` runs the killed run's
-(test_break_it_5_resume.py's) in a process of their own.
+under pytest-timeout, whose signal ends a blocked open(), as test_break_it_5_resume.py's
+commands on the killed run do. `Commands` is the guard for commands that may block where no
+signal to this process frees them (in another thread, or inside a C call that retries).
 """
 
 from __future__ import annotations
