@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -23,8 +24,8 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -538,37 +539,71 @@ def test_sigterm_marks_every_run_killed(
 
 RESUMED = TINY.format(epochs=3)  # 20 steps per epoch at batch 64
 STEPS = 60
+FORK = multiprocessing.get_context("fork")
 
 
-def _dlperf(tmp_path: Path, db: str, args: list[str], pause_at: int | None, log: str) -> Any:
+def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
+    """`dlperf ARGS` through its entry point in `root`, in a forked child: stdout to
+    /dev/null, stderr to `log`."""
+    from dlperf.cli import main
+
+    os.chdir(root)
+    with open(os.devnull, "w") as out, open(log, "w") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout, sys.stderr = out, err
+        sys.argv = ["dlperf", *args]
+        main()
+
+
+def _dlperf(
+    tmp_path: Path, db: str, args: list[str], pause_at: int | None, log: str
+) -> BaseProcess:
     """A real `dlperf ARGS` process in tmp_path, parking at step `pause_at` (if given) and
-    writing that marker file; stderr goes to `log`."""
-    env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
-    if pause_at is not None:
-        env.update(hook_env("pause_at_step", f"{pause_at}:{tmp_path / f'paused-{log}'}"))
-    with open(tmp_path / log, "wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "dlperf", "--db", db, *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
+    writing that marker file; stderr goes to `log`. Forked from this process, with torch,
+    the entry point and torch._dynamo (a first optimizer step's import) imported first:
+    what the tests need is another live process that writes the run, its pid and its exit
+    code, and a `python -m dlperf` start was most of their time (tests/store/test_store.py
+    forks its takers so too). Imported here, not at the top: ~100 modules import this one."""
+    import torch._dynamo  # noqa: F401
+
+    from dlperf.cli import main  # noqa: F401
+
+    with pytest.MonkeyPatch.context() as env:  # the child's environment alone
+        env.delenv(PAUSE_ENV, raising=False)
+        if pause_at is not None:
+            install(env, "pause_at_step", f"{pause_at}:{tmp_path / f'paused-{log}'}")
+        child = FORK.Process(
+            target=_dlperf_child, args=(tmp_path, ["--db", db, *args], tmp_path / log)
         )
+        child.start()
+    return child
 
 
-def _parked(tmp_path: Path, db: str, args: list[str], step: int, log: str) -> Any:
+def _parked(tmp_path: Path, db: str, args: list[str], step: int, log: str) -> BaseProcess:
     proc = _dlperf(tmp_path, db, args, step, log)
-    _until((tmp_path / f"paused-{log}").exists, proc, tmp_path / log)
+    deadline = time.monotonic() + DEADLINE_S
+    while not (tmp_path / f"paused-{log}").exists():
+        assert proc.is_alive(), f"exited {proc.exitcode}: {(tmp_path / log).read_text()}"
+        assert time.monotonic() < deadline, f"not parked in {DEADLINE_S} s"
+        time.sleep(0.1)
     return proc
 
 
-def _stopped(proc: Any, sig: signal.Signals = signal.SIGINT) -> int:
+def _ended(proc: BaseProcess) -> int | None:
+    """The process's exit code once it has ended, within DEADLINE_S."""
+    proc.join(timeout=DEADLINE_S)
+    return proc.exitcode
+
+
+def _stopped(proc: BaseProcess, sig: signal.Signals = signal.SIGINT) -> int | None:
     try:
-        proc.send_signal(sig)
-        return int(proc.wait(timeout=DEADLINE_S))
+        assert proc.pid is not None
+        os.kill(proc.pid, sig)
+        return _ended(proc)
     finally:
         proc.kill()
-        proc.wait()
+        proc.join()
 
 
 @pytest.mark.faults
@@ -630,10 +665,10 @@ def test_runs_delete_force_stops_a_training_run_first(
         forced = cli("runs", "delete", "1", "--yes", "--force")
         assert forced.code == 0, forced.err
         assert forced.out.startswith(f"stopped run 1: pid {proc.pid} marked it killed\n")
-        assert proc.wait(timeout=DEADLINE_S) == 143  # stopped by SIGTERM
+        assert _ended(proc) == 143  # stopped by SIGTERM
     finally:
         proc.kill()
-        proc.wait()
+        proc.join()
     assert store.list_runs() == []
     assert "Traceback" not in (tmp_path / "run.txt").read_text()
 
