@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import resource
 import signal
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -180,8 +182,6 @@ def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     tests that check a fit's parameters, steps and commands, not its intervals
     (tests/converge/test_curve.py proves those). A module takes it for all its tests with
     `pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")`."""
-    import functools
-
     from dlperf.converge import curve
 
     monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
@@ -272,13 +272,40 @@ def busy_core() -> Iterator[int]:
         launcher.stdout.close()
 
 
+@functools.cache
+def _dlperf_command() -> Any:
+    """The Click command Typer builds of dlperf's app, its paths' ~ expanded, built once a
+    worker (see `cli`)."""
+    import typer.main
+
+    app = importlib.import_module("dlperf.cli.app")
+    command = typer.main.get_command(app.app)
+    app._expand_home(command)
+    return command
+
+
 @pytest.fixture
 def cli(
     db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., CliResult]:
     """Run `dlperf ARGS` in this process through the real entry point (error table included),
-    against a fresh store in tmp_path."""
+    against a fresh store in tmp_path.
+
+    The entry point builds Typer's Click command of the app on every call, once a process
+    for the `dlperf` command: 0.05 CPU-s, most of a cheap test's own, paid thousands of
+    times in the suite. The command the app's registered functions make is the same every
+    time (no test registers one; a monkeypatched module function is looked up when a
+    command runs), and invoking it changes nothing in it: here it is built once a worker."""
+    import typer.main
+
     from dlperf.cli import main
+
+    app = importlib.import_module("dlperf.cli.app")
+    command, build, expand = _dlperf_command(), typer.main.get_command, app._expand_home
+    monkeypatch.setattr(
+        typer.main, "get_command", lambda group: command if group is app.app else build(group)
+    )
+    monkeypatch.setattr(app, "_expand_home", lambda c: None if c is command else expand(c))
 
     def invoke(*args: str) -> CliResult:
         monkeypatch.setattr(sys, "argv", ["dlperf", *args])
