@@ -180,8 +180,9 @@ def file_size_limit(cap: int) -> Iterator[None]:
 def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     """A curve fit's bootstrap on 20 refits instead of 200 (nearly all of a fit's cost), for
     tests that check a fit's parameters, steps and commands, not its intervals
-    (tests/converge/test_curve.py proves those). A module takes it for all its tests with
-    `pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")`."""
+    (tests/converge/test_curve.py proves those), and for tests of `converge predict`'s
+    ensemble form, which makes the refits and reads none of them. A module takes it for all
+    its tests with `pytestmark = pytest.mark.usefixtures("fewer_bootstrap_fits")`."""
     from dlperf.converge import curve
 
     monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
