@@ -10,14 +10,15 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
 import torch
-import torch._dynamo  # imported before the fork (see _run)
+import torch._dynamo  # imported before the fork (see forked_dlperf)
 
 import dlperf
-import dlperf.cli  # imported before the fork (see _run)
+import dlperf.cli  # imported before the fork (see forked_dlperf)
 from dlperf.__main__ import main
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult
@@ -86,10 +87,8 @@ EPOCHS = 3
 STEPS_PER_EPOCH = 20  # digits at batch 64
 
 
-def _dlperf(args: list[str], err: Path) -> None:
-    """`dlperf ARGS` through the process's entry point, in a forked child: its stdout to
-    /dev/null, its stderr to `err`."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+def _child(args: list[str], err: Path, out: Path | None) -> None:
+    os.dup2(os.open(out or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
     os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115  (the child's own)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
@@ -97,19 +96,28 @@ def _dlperf(args: list[str], err: Path) -> None:
     main()
 
 
+def forked_dlperf(args: list[str], err: Path, out: Path | None = None) -> BaseProcess:
+    """`dlperf ARGS` through the process's entry point, in a child forked from this process,
+    in this process's directory and environment: its stderr to `err`, its stdout to `out` (or
+    /dev/null); started, not waited for. A real process for a test's signal or exit code,
+    without a fresh interpreter's 6-7 CPU-s of imports: torch, torch._dynamo (a first
+    optimizer step's import) and the command's modules come imported, as in
+    tests/deploy/test_export_unfinished.py's stopped_run. Where a fresh interpreter is what
+    is tested (its imports, its streams or encoding as it starts, its exit), start one."""
+    proc = multiprocessing.get_context("fork").Process(target=_child, args=(args, err, out))
+    proc.start()
+    return proc
+
+
 def _run(tmp_path: Path, db: str, sig: str) -> tuple[int, str]:
     """`dlperf run` of 3 epochs that sends itself SIG as its first checkpoint starts to be
-    written (the epoch evaluated and logged): an exact moment, however busy the machine. A
-    real process for the signal, forked from this one, which has torch, torch._dynamo (a
-    first optimizer step's import) and the command's modules imported: a `python -m dlperf`
-    start spent 6-7 CPU-s on them (tests/deploy/test_export_unfinished.py forks so too)."""
+    written (the epoch evaluated and logged): an exact moment, however busy the machine."""
     (tmp_path / "exp.toml").write_text(TINY.format(epochs=EPOCHS))  # tmp_path: the cwd (db)
     args = ["--db", db, "run", "exp.toml", "--set", "train.batch_size=64"]
     err = tmp_path / "stderr.txt"
     with pytest.MonkeyPatch.context() as env:  # the hook is the child's alone
         install(env, "signal_at_save", f"1:{sig}")
-        proc = multiprocessing.get_context("fork").Process(target=_dlperf, args=(args, err))
-        proc.start()
+        proc = forked_dlperf(args, err)
     try:
         proc.join(timeout=DEADLINE_S)
     finally:
