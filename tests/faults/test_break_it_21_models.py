@@ -24,6 +24,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from dlperf.errors import UserError
 from dlperf.models.registry import build_from_factory, create_model, load_factory, noting
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_10_epoch import forked_dlperf
 
 DEADLINE_S = 300
 
@@ -93,16 +95,16 @@ def _unwrapped(text: str) -> str:
     return "".join(text.split())
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], err: Path) -> None:
+def _wait_for(path: Path, proc: BaseProcess, err: Path) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended ({proc.returncode}): {err.read_text()}")
+        if not proc.is_alive():
+            raise AssertionError(f"the run ended ({proc.exitcode}): {err.read_text()}")
         assert time.monotonic() < deadline, f"no {path.name} after {DEADLINE_S} s"
         time.sleep(0.02)
 
 
-@pytest.mark.faults  # a real run in a subprocess: 10-30 s on a busy machine
+@pytest.mark.faults  # a real run in a process of its own: 10-30 s on a busy machine
 @pytest.mark.parametrize(
     ("where", "stop"),
     [("import", signal.SIGINT), ("factory", signal.SIGINT)],
@@ -114,21 +116,18 @@ def test_a_model_file_that_sets_stop_handlers_still_stops_on_ctrl_c(
     (tmp_path / "where").write_text(where)
     (tmp_path / "exp.toml").write_text(LONG_RUN)
     err = tmp_path / "stderr.txt"
-    with open(err, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+    # forked, in tmp_path (db's cwd): the model file's handlers meet dlperf's, as at a start
+    proc = forked_dlperf(["--db", db, "run", "exp.toml"], err)
     try:
         _wait_for(tmp_path / "training", proc, err)
+        assert proc.pid is not None
         os.kill(proc.pid, stop)
         # before: SIG_IGN, it trained on; its own handler, exit 1
-        code = proc.wait(timeout=DEADLINE_S)
+        proc.join(timeout=DEADLINE_S)
+        code = proc.exitcode
     finally:
         proc.kill()
-        proc.wait()
+        proc.join()
     said = err.read_text()
     assert code == 128 + stop, said
     assert RunStore.open(db).get_run(1).status == "killed"
