@@ -543,9 +543,9 @@ FORK = multiprocessing.get_context("fork")
 
 
 def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
-    """`dlperf ARGS` through its entry point in `root`, in a forked child: stdout to
+    """`python -m dlperf ARGS`'s entry point in `root`, in a forked child: stdout to
     /dev/null, stderr to `log`."""
-    from dlperf.cli import main
+    from dlperf.__main__ import main
 
     os.chdir(root)
     with open(os.devnull, "w") as out, open(log, "w") as err:
@@ -556,28 +556,41 @@ def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
         main()
 
 
+def forked_dlperf(
+    root: Path, args: list[str], log: Path, env: dict[str, str] | None = None
+) -> BaseProcess:
+    """A real `dlperf ARGS` process in `root`, started (not waited for), with `env` added to
+    its environment (the pause hook's variable only if given there); stdout to /dev/null,
+    stderr to `log`. Forked from this process, with torch, the entry point and torch._dynamo
+    (a first optimizer step's import) imported first: the tests need a live process of its
+    own pid, signals and exit code, and a `python -m dlperf` start was most of their time
+    (tests/store/test_store.py forks its takers so too). Where a fresh interpreter is what
+    is tested (its imports, its streams as it starts), start one. Imported here, not at the
+    top: ~100 modules import this one."""
+    import torch._dynamo  # noqa: F401
+
+    from dlperf import __main__, cli  # noqa: F401
+
+    with pytest.MonkeyPatch.context() as patch:  # the child's environment alone
+        patch.delenv(PAUSE_ENV, raising=False)
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        child = FORK.Process(target=_dlperf_child, args=(root, args, log))
+        child.start()
+    return child
+
+
 def _dlperf(
     tmp_path: Path, db: str, args: list[str], pause_at: int | None, log: str
 ) -> BaseProcess:
-    """A real `dlperf ARGS` process in tmp_path, parking at step `pause_at` (if given) and
-    writing that marker file; stderr goes to `log`. Forked from this process, with torch,
-    the entry point and torch._dynamo (a first optimizer step's import) imported first:
-    what the tests need is another live process that writes the run, its pid and its exit
-    code, and a `python -m dlperf` start was most of their time (tests/store/test_store.py
-    forks its takers so too). Imported here, not at the top: ~100 modules import this one."""
-    import torch._dynamo  # noqa: F401
-
-    from dlperf.cli import main  # noqa: F401
-
-    with pytest.MonkeyPatch.context() as env:  # the child's environment alone
-        env.delenv(PAUSE_ENV, raising=False)
-        if pause_at is not None:
-            install(env, "pause_at_step", f"{pause_at}:{tmp_path / f'paused-{log}'}")
-        child = FORK.Process(
-            target=_dlperf_child, args=(tmp_path, ["--db", db, *args], tmp_path / log)
-        )
-        child.start()
-    return child
+    """A real `dlperf ARGS` process in tmp_path (forked_dlperf), parking at step `pause_at`
+    (if given) and writing that marker file; stderr goes to `log`."""
+    pause = (
+        {}
+        if pause_at is None
+        else hook_env("pause_at_step", f"{pause_at}:{tmp_path / f'paused-{log}'}")
+    )
+    return forked_dlperf(tmp_path, ["--db", db, *args], tmp_path / log, pause)
 
 
 def _parked(tmp_path: Path, db: str, args: list[str], step: int, log: str) -> BaseProcess:
