@@ -1,4 +1,5 @@
 """Faults: stop a real `dlperf run` at seeded steps, resume it, and find the run unharmed.
+(Each is a process forked from the test's, running dlperf's entry point: forked_dlperf.)
 
 Two runs (one stopped by SIGINT and SIGTERM in turn, one by SIGKILL) are each stopped before
 their first checkpoint exists, which cannot be resumed and must say so, and then again and
@@ -14,10 +15,9 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from dlperf.config import load_experiment
 from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult
-from tests.hooks import PAUSE_ENV, hook_env
+from tests.faults.test_store_faults import forked_dlperf
+from tests.hooks import hook_env
 
 pytestmark = pytest.mark.faults
 
@@ -69,20 +70,13 @@ def fault_plan(rng: random.Random) -> list[Any]:
 PLAN = fault_plan(random.Random(0))
 
 
-def dlperf_run(root: Path, args: list[str], pause_at: int | None = None) -> subprocess.Popen[bytes]:
-    """Start `dlperf run ARGS` in `root` against its store; its stderr goes to a file."""
-    env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
-    env["DLPERF_DB"] = f"sqlite:///{root / 'dlperf.db'}"
+def dlperf_run(root: Path, args: list[str], pause_at: int | None = None) -> BaseProcess:
+    """Start `dlperf run ARGS` in `root` against its store, a real process forked from this
+    one (forked_dlperf: torch comes imported); its stderr goes to a file."""
+    env = {"DLPERF_DB": f"sqlite:///{root / 'dlperf.db'}"}
     if pause_at is not None:
         env.update(hook_env("pause_at_step", f"{pause_at}:{root / f'paused-{pause_at}'}"))
-    with open(root / "stderr.txt", "wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "dlperf", "run", *args],
-            cwd=root,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    return forked_dlperf(root, ["run", *args], root / "stderr.txt", env)
 
 
 def stderr(root: Path) -> str:
@@ -97,15 +91,17 @@ def interrupt(root: Path, args: list[str], step: int, sig: signal.Signals) -> tu
     deadline = time.monotonic() + DEADLINE_S
     try:
         while not marker.exists():
-            assert proc.poll() is None, f"exited before step {step}: {stderr(root)}"
+            assert proc.is_alive(), f"exited before step {step}: {stderr(root)}"
             assert time.monotonic() < deadline, f"step {step} not reached in {DEADLINE_S} s"
             time.sleep(0.1)
-        proc.send_signal(sig)
-        code = proc.wait(timeout=DEADLINE_S)
+        assert proc.pid is not None
+        os.kill(proc.pid, sig)
+        proc.join(timeout=DEADLINE_S)
     finally:
         proc.kill()
-        proc.wait()
-    return code, stderr(root)
+        proc.join()
+    assert proc.exitcode is not None
+    return proc.exitcode, stderr(root)
 
 
 def epochs_logged(err: str) -> list[int]:
