@@ -20,9 +20,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,6 +31,7 @@ from dlperf.errors import UserError
 from dlperf.models.registry import build_from_factory, create_model, load_factory, noting
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_10_epoch import forked_dlperf
 
 DEADLINE_S = 300
 
@@ -300,19 +298,18 @@ def osexit(num_classes=10): return N(num_classes)
 def test_os_exit_in_forward_fails_the_run_in_one_line(db: str, tmp_path: Path) -> None:
     path = _write(tmp_path, EXITS)
     (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:osexit"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=DEADLINE_S,
-    )
+    err = tmp_path / "stderr.txt"
+    # os._exit ends a process: a real one, forked in tmp_path (db's cwd)
+    proc = forked_dlperf(["--db", db, "run", "exp.toml"], err)
+    try:
+        proc.join(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.join()
     # before: exit 0, nothing said, the run left `running`
-    assert done.returncode == 1, done.stderr
-    said = _unwrapped(done.stderr)
-    assert _unwrapped("the model called os._exit(0) during training") in said, done.stderr
+    assert proc.exitcode == 1, err.read_text()
+    said = _unwrapped(err.read_text())
+    assert _unwrapped("the model called os._exit(0) during training") in said, err.read_text()
     assert RunStore.open(db).get_run(1).status == "failed"
 
 
@@ -327,14 +324,13 @@ def test_os_exit_in_forward_is_one_line_from_analyze(tmp_path: Path) -> None:
         "        os._exit(3)\n"
         "def build(): return N()\n",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "dlperf", "analyze", f"{path}:build", "--input", "1,8,8"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=DEADLINE_S,
-    )
-    assert done.returncode == 1, done.stderr  # before: exit 3, nothing said
-    said = _unwrapped(done.stderr)
-    assert _unwrapped("model.py:6 called os._exit(3)") in said, done.stderr
+    err = tmp_path / "stderr.txt"
+    proc = forked_dlperf(["analyze", f"{path}:build", "--input", "1,8,8"], err)  # a real exit
+    try:
+        proc.join(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.join()
+    assert proc.exitcode == 1, err.read_text()  # before: exit 3, nothing said
+    said = _unwrapped(err.read_text())
+    assert _unwrapped("model.py:6 called os._exit(3)") in said, err.read_text()
