@@ -40,7 +40,7 @@ from dlperf.procs import this_process
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult, fresh_store_url
 from tests.hooks import PAUSE_ENV, SAVE_SIGNAL_ENV, hook_env, install
-from tests.sweep.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
+from tests.sweep.test_sweep import EVENT_S, sweep_json, wait_for, write_sweep
 
 Cli = Callable[..., CliResult]
 
@@ -694,17 +694,21 @@ def test_two_sweeps_of_one_study_run_each_point_once(
     runs the others; once the first is gone (SIGINT), a rerun takes point 1 over. Before,
     both sweeps ran every point (6 runs for 3 points)."""
     path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05, 0.02]\n')
-    first = start_sweep(tmp_path, db, str(path), pause_at=2)
+    park = hook_env("pause_at_step", f"2:{tmp_path / 'parked'}")
+    err = tmp_path / "stderr.txt"
+    first = forked_dlperf(tmp_path, ["sweep", str(path)], err, {"DLPERF_DB": db, **park})
     try:
         wait_for(lambda: (tmp_path / "parked").exists(), "point 1 to park at step 2")
         second = cli("sweep", str(path), "--json")
         assert second.code == 0, second.err
         assert f"point 1/3 skipped: pid {first.pid} on " in second.err
-        first.send_signal(signal.SIGINT)
-        assert first.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGINT)
+        first.join(timeout=EVENT_S)
+        assert first.exitcode == 130, err.read_text()
     finally:
         first.kill()
-        first.wait()
+        first.join()
     runs = {(r.config["train"]["lr"], r.status) for r in store.list_runs()}
     assert runs == {(0.1, "killed"), (0.05, "finished"), (0.02, "finished")}
     rerun = sweep_json(cli, str(path))
