@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from dlperf.procs import proc_stat
 from dlperf.store import RunStore
 from tests.cli.test_runs import LIVE
 from tests.conftest import TINY, CliResult
+from tests.faults.test_store_faults import forked_dlperf
 from tests.hooks import ROOT
 
 DEADLINE_S = 120.0
@@ -57,14 +59,6 @@ class HoldAt:
         deadline = time.monotonic() + DEADLINE_S
         while not self.go.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-
-
-def wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"no {path} within {DEADLINE_S} s"
-        time.sleep(0.05)
 
 
 def error_lines(err: str) -> list[str]:
@@ -105,13 +99,31 @@ def finished(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def held_run(db: str, root: Path) -> tuple[subprocess.Popen[str], Path]:
-    """A `dlperf run` held at HOLD_STEP; returns it and the file that lets it go on."""
+def held_run(db: str, root: Path) -> tuple[BaseProcess, Path]:
+    """A `dlperf run` held at HOLD_STEP, a real process forked from this one (forked_dlperf:
+    torch comes imported); returns it and the file that lets it go on. Its stderr goes to
+    root/stderr.txt."""
     marker, go = root / "held", root / "go"
     hold = {HOOKS_ENV: f"{__name__}:HoldAt", HOLD_ENV: f"{HOLD_STEP}:{marker}:{go}"}
-    proc = dlperf(db, "run", str(experiment(root)), env=hold)
-    wait_for(marker, proc)
+    args = ["run", str(experiment(root))]
+    proc = forked_dlperf(root, args, root / "stderr.txt", {"DLPERF_DB": db, **hold})
+    deadline = time.monotonic() + DEADLINE_S
+    while not marker.exists():
+        assert proc.is_alive(), (root / "stderr.txt").read_text()
+        assert time.monotonic() < deadline, f"no {marker} within {DEADLINE_S} s"
+        time.sleep(0.05)
     return proc, go
+
+
+def let_go(proc: BaseProcess, go: Path, root: Path) -> tuple[int | None, str]:
+    """Let the held run go on; its exit code and stderr once it has ended."""
+    go.touch()
+    try:
+        proc.join(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.join()
+    return proc.exitcode, (root / "stderr.txt").read_text()
 
 
 def resumed_to_the_end(cli: Callable[..., CliResult], db: str, run_id: int) -> None:
@@ -138,8 +150,7 @@ def test_a_store_file_deleted_mid_run_is_said_and_everything_is_saved(
     proc, go = held_run(db, tmp_path)
     for name in ("dlperf.db", "dlperf.db-wal", "dlperf.db-shm"):
         (tmp_path / name).unlink(missing_ok=True)
-    go.touch()
-    code, _, err = finished(proc)
+    code, err = let_go(proc, go, tmp_path)
     assert code == 1, err
     lines = error_lines(err)
     assert lines[0].startswith(
@@ -226,8 +237,7 @@ def test_a_postgresql_server_stopped_mid_run_is_one_line_and_the_run_resumes(
     db = throwaway_server.url
     proc, go = held_run(db, tmp_path)
     throwaway_server.stop()
-    go.touch()
-    code, _, err = finished(proc)
+    code, err = let_go(proc, go, tmp_path)
     assert code == 1, err
     lines = error_lines(err)
     assert lines[0].startswith(
