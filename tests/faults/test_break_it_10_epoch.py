@@ -4,6 +4,7 @@ checkpoint, as "loses at most the epoch in progress" promises."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -88,6 +89,15 @@ STEPS_PER_EPOCH = 20  # digits at batch 64
 
 
 def _child(args: list[str], err: Path, out: Path | None) -> None:
+    # The signal actions a fresh interpreter starts with, not this process's: pytest-timeout's
+    # SIGALRM handler, inherited, took a model's timer for the test's timeout.
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's start-up sets them
+        signal.signal(sig, signal.SIG_IGN)
     os.dup2(os.open(out or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
     os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115  (the child's own)
