@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +28,8 @@ from torch import nn
 from dlperf import stopping
 from dlperf.models.registry import create_model, noting
 from dlperf.store import RunStore
-from tests.faults.test_break_it_22_stops import DEADLINE_S, SOURCE
+from tests.faults.test_break_it_10_epoch import forked_dlperf
+from tests.faults.test_break_it_22_stops import DEADLINE_S
 
 
 def _file(tmp_path: Path, code: str) -> str:
@@ -176,15 +174,20 @@ def test_a_timer_the_models_forward_armed_stops_the_run_in_one_line(tmp_path: Pa
         '[model]\nname = "arming.py:net"\n[data]\nname = "digits"\n[train]\nepochs = 1\n'
         "batch_size = 64\n[run]\nthreads = 1\ncheckpoint = false\n"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SOURCE,
-           "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "dlperf", "run", "e.toml"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=DEADLINE_S,
-    )  # fmt: skip
-    said = [line for line in done.stderr.splitlines() if "triton not found" not in line]
-    assert done.returncode == 128 + signal.SIGALRM, done.stderr
-    assert "Traceback" not in done.stderr
+    err = tmp_path / "stderr.txt"
+    with pytest.MonkeyPatch.context() as env:  # the child's directory and store
+        env.chdir(tmp_path)
+        env.setenv("DLPERF_DB", f"sqlite:///{tmp_path / 'dlperf.db'}")
+        proc = forked_dlperf(["run", "e.toml"], err)  # the timer's signal: a real process
+    try:
+        proc.join(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.join()
+    stderr = err.read_text()
+    said = [line for line in stderr.splitlines() if "triton not found" not in line]
+    assert proc.exitcode == 128 + signal.SIGALRM, stderr
+    assert "Traceback" not in stderr
     timer = [line for line in said if "SIGALRM" in line]
     assert len(timer) == 1 and timer[0].startswith("error: a SIGALRM came"), said
     (stored,) = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}").list_runs()
