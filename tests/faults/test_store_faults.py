@@ -10,6 +10,7 @@ and say so. Every mount is undone in a `finally`.
 from __future__ import annotations
 
 import errno
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -450,10 +451,10 @@ def test_four_processes_write_one_store_at_once(shared_url: str) -> None:
 # --- SIGTERM ----------------------------------------------------------------------------------
 
 
-def _until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], err: Path) -> None:
+def _until(ready: Callable[[], bool], proc: BaseProcess, err: Path) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not ready():
-        assert proc.poll() is None, f"exited {proc.returncode}: {err.read_text()}"
+        assert proc.is_alive(), f"exited {proc.exitcode}: {err.read_text()}"
         assert time.monotonic() < deadline, f"not ready in {DEADLINE_S} s: {err.read_text()}"
         time.sleep(0.1)
 
@@ -506,30 +507,25 @@ def test_sigterm_marks_every_run_killed(
     sig: signal.Signals,
 ) -> None:
     """SIGTERM (or SIGHUP) to a real process while it records a run: exit 128 + the signal
-    (143, 129), and every run it made is `killed`, none left `running`."""
+    (143, 129), and every run it made is `killed`, none left `running`. The process is
+    forked from this one (forked_dlperf) and runs dlperf's entry point, which takes the
+    signals there as a `python -m dlperf` process does."""
     args, env, ready = command(tmp_path, store)
     err = tmp_path / "stderr.txt"
-    with open(err, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dlperf", "--db", db, *args],
-            cwd=tmp_path,
-            env={**os.environ, **env, "PYTHONFAULTHANDLER": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+    proc = forked_dlperf(tmp_path, ["--db", db, *args], err, env)
     try:
         _until(ready, proc, err)
-        proc.send_signal(sig)
-        try:
-            code = proc.wait(timeout=DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack
-            proc.wait(timeout=DEADLINE_S)
+        assert proc.pid is not None
+        os.kill(proc.pid, sig)
+        proc.join(timeout=DEADLINE_S)
+        if proc.exitcode is None:
+            os.kill(proc.pid, signal.SIGABRT)  # faulthandler writes every thread's stack
+            proc.join(timeout=DEADLINE_S)
             pytest.fail(f"still running {DEADLINE_S} s after {sig.name}:\n{err.read_text()}")
-        assert code == 128 + sig, err.read_text()
+        assert proc.exitcode == 128 + sig, err.read_text()
     finally:
         proc.kill()
-        proc.wait()
+        proc.join()
     assert "Traceback" not in err.read_text()
     runs = store.list_runs()
     assert runs and {(r.status, r.error) for r in runs} == {("killed", "interrupted")}
@@ -552,6 +548,7 @@ def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         sys.stdout, sys.stderr = out, err
+        faulthandler.enable(err)  # a SIGABRT's stacks to `log` (the test's own stderr else)
         sys.argv = ["dlperf", *args]
         main()
 
