@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
@@ -34,7 +35,7 @@ from dlperf.engine.hooks import HOOKS_ENV, StepEnd
 from dlperf.paths import atomic_write
 from dlperf.procs import proc_stat
 from tests.conftest import TINY, CliResult
-from tests.hooks import ROOT
+from tests.faults.test_break_it_10_epoch import forked_dlperf
 
 DEADLINE_S = 300
 HOLD_ENV = "DLPERF_TEST_HOLD_AT_STEP"
@@ -64,45 +65,38 @@ class HoldAt:
             pass
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
+def _wait_for(path: Path, proc: BaseProcess) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not path.exists():
-        assert proc.poll() is None, f"the run ended ({proc.returncode}) before {path.name}"
+        assert proc.is_alive(), f"the run ended ({proc.exitcode}) before {path.name}"
         assert time.monotonic() < deadline, f"no {path.name} after {DEADLINE_S} s"
         time.sleep(0.02)
 
 
-def _wait_stopped(proc: subprocess.Popen[bytes]) -> None:
+def _wait_stopped(proc: BaseProcess) -> None:
     """Until the kernel shows `proc` stopped: on a busy machine a process waiting for a CPU
     takes a SIGSTOP only once it runs, and a SIGCONT sent before that cancels the stop (the
     run then was never stopped, and rightly said only that it waited for a CPU)."""
     deadline = time.monotonic() + DEADLINE_S
+    assert proc.pid is not None
     while (stat := proc_stat(proc.pid)) is None or stat[0] not in "Tt":
-        assert proc.poll() is None, f"the run ended ({proc.returncode}) before it stopped"
+        assert proc.is_alive(), f"the run ended ({proc.exitcode}) before it stopped"
         assert time.monotonic() < deadline, f"not stopped after {DEADLINE_S} s"
         time.sleep(0.01)
 
 
-@pytest.mark.faults  # a real run in a subprocess: 10-25 s on a busy machine
+@pytest.mark.faults  # a real run in a process of its own: 10-25 s on a busy machine
 def test_a_run_stopped_and_continued_says_so_and_for_how_long(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
     (tmp_path / "exp.toml").write_text(TINY.format(epochs=2))
-    env = {
-        **os.environ,
-        HOOKS_ENV: f"{__name__}:HoldAt",
-        HOLD_ENV: f"5:{tmp_path}",  # in epoch 1 (8 steps), past its 2 warm-up steps
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    err = tmp_path / "stderr.txt"
-    with open(err, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml", *LIMITED, "--json"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
+    err, stdout = tmp_path / "stderr.txt", tmp_path / "stdout.json"
+    with pytest.MonkeyPatch.context() as env:  # the hook is the child's alone
+        env.setenv(HOOKS_ENV, f"{__name__}:HoldAt")
+        env.setenv(HOLD_ENV, f"5:{tmp_path}")  # in epoch 1 (8 steps), past its 2 warm-up steps
+        # forked in tmp_path (db's cwd): a real process for the stop, no fresh interpreter
+        proc = forked_dlperf(["--db", db, "run", "exp.toml", *LIMITED, "--json"], err, stdout)
+    assert proc.pid is not None
     try:
         _wait_for(tmp_path / "held", proc)
         os.kill(proc.pid, signal.SIGSTOP)
@@ -112,12 +106,12 @@ def test_a_run_stopped_and_continued_says_so_and_for_how_long(
         os.kill(proc.pid, signal.SIGCONT)
         at_most = time.monotonic() - before
         (tmp_path / "go").write_text("")
-        out, _ = proc.communicate(timeout=DEADLINE_S)
+        proc.join(timeout=DEADLINE_S)
     finally:
         proc.kill()
-        proc.wait()
-    assert proc.returncode == 0, err.read_text()
-    result = json.loads(out)
+        proc.join()
+    assert proc.exitcode == 0, err.read_text()
+    result = json.loads(stdout.read_text())
     # before: reliable true (on a quiet host), no word of the stop, its seconds in train_time_s
     assert result["reliable"] is False
     note = result["reliability_note"]
