@@ -5,12 +5,9 @@ the stages of a tiny study and their links, and a study SIGKILLed mid-stage then
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +22,7 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from tests.conftest import CliResult, write_distill_exp
+from tests.faults.test_store_faults import forked_dlperf
 from tests.hooks import hook_env
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
@@ -304,18 +302,11 @@ def test_bad_input_is_one_line_and_stores_nothing(
     assert [r.id for r in store.list_runs()] == [unfinished]
 
 
-def start_distill(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
-    """`dlperf distill ARGS` as a real process, every run parking at step `pause_at`."""
-    env = {
-        **os.environ,
-        "DLPERF_DB": db,
-        **hook_env("pause_at_step", f"{pause_at}:{root / 'parked'}"),
-    }
-    with open(root / "stderr.txt", "wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "dlperf", "distill", *args],
-            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+def start_distill(root: Path, db: str, *args: str, pause_at: int) -> BaseProcess:
+    """`dlperf distill ARGS` as a real process, every run parking at step `pause_at`: forked
+    from this one (forked_dlperf: torch comes imported), its stderr to root/stderr.txt."""
+    env = {"DLPERF_DB": db, **hook_env("pause_at_step", f"{pause_at}:{root / 'parked'}")}
+    return forked_dlperf(root, ["distill", *args], root / "stderr.txt", env)
 
 
 def test_two_students_resume_after_a_sigkill(
@@ -329,14 +320,15 @@ def test_two_students_resume_after_a_sigkill(
     try:
         deadline = time.monotonic() + EVENT_S
         while not (tmp_path / "parked").exists():
-            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+            assert proc.is_alive(), (tmp_path / "stderr.txt").read_text()
             assert time.monotonic() < deadline, "timed out waiting for the pretrain to park"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=EVENT_S)
+        proc.kill()  # SIGKILL
+        proc.join(timeout=EVENT_S)
     finally:
         proc.kill()
-    assert not alive(proc.pid)
+        proc.join()
+    assert proc.pid is not None and not alive(proc.pid)
     log = (tmp_path / "stderr.txt").read_text()
     assert "pretrain K=2: training" in log and "finetune" not in log
     (killed,) = [r for r in store.list_runs() if r.unfinished]
