@@ -88,7 +88,9 @@ EPOCHS = 3
 STEPS_PER_EPOCH = 20  # digits at batch 64
 
 
-def _child(args: list[str], err: Path, out: Path | None) -> None:
+def _child(args: list[str], err: Path, out: Path | None, session: bool) -> None:
+    if session:
+        os.setsid()
     # The signal actions a fresh interpreter starts with, not this process's: pytest-timeout's
     # SIGALRM handler, inherited, took a model's timer for the test's timeout.
     for sig in signal.valid_signals():
@@ -106,15 +108,20 @@ def _child(args: list[str], err: Path, out: Path | None) -> None:
     main()
 
 
-def forked_dlperf(args: list[str], err: Path, out: Path | None = None) -> BaseProcess:
+def forked_dlperf(
+    args: list[str], err: Path, out: Path | None = None, session: bool = False
+) -> BaseProcess:
     """`dlperf ARGS` through the process's entry point, in a child forked from this process,
     in this process's directory and environment: its stderr to `err`, its stdout to `out` (or
-    /dev/null); started, not waited for. A real process for a test's signal or exit code,
-    without a fresh interpreter's 6-7 CPU-s of imports: torch, torch._dynamo (a first
-    optimizer step's import) and the command's modules come imported, as in
-    tests/deploy/test_export_unfinished.py's stopped_run. Where a fresh interpreter is what
-    is tested (its imports, its streams or encoding as it starts, its exit), start one."""
-    proc = multiprocessing.get_context("fork").Process(target=_child, args=(args, err, out))
+    /dev/null); in a session of its own with `session` (a signal to its group reaches it and
+    its children, as a terminal's does); started, not waited for. A real process for a test's
+    signal, limit or exit code, without a fresh interpreter's 6-7 CPU-s of imports: torch,
+    torch._dynamo (a first optimizer step's import) and the command's modules come imported,
+    as in tests/deploy/test_export_unfinished.py's stopped_run. Where a fresh interpreter is
+    what is tested (its imports, its streams, encoding or stack as it starts, its exit,
+    torch's once-a-process state), start one."""
+    context = multiprocessing.get_context("fork")
+    proc = context.Process(target=_child, args=(args, err, out, session))
     proc.start()
     return proc
 
