@@ -19,6 +19,7 @@ import pytest
 
 from dlperf.report.site import POOL_FROM
 from dlperf.store import RunStore
+from tests.faults.test_break_it_10_epoch import forked_dlperf
 from tests.faults.test_break_it_22_stops import (
     DEADLINE_S,
     SOURCE,
@@ -125,25 +126,26 @@ def test_c3_a_soft_cpu_time_limit_stops_the_run_in_one_line_and_marks_it_killed(
         '[model]\nname = "marked.py:build"\n[data]\nname = "digits"\n[train]\n'
         f'epochs = 100000\n[run]\nthreads = 1\nout_dir = "{tmp_path / "out"}"\n'
     )
-    command = [sys.executable, "-m", "dlperf", "run", "exp.toml"]
-    with open(tmp_path / "err.txt", "w") as err:
-        run = subprocess.Popen(
-            command, cwd=tmp_path, env=_env(tmp_path, DLPERF_TEST_MARK=str(mark)),
-            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-        )  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:  # the child's directory, store and mark
+        env.chdir(tmp_path)
+        env.setenv("DLPERF_DB", f"sqlite:///{tmp_path / 'dlperf.db'}")
+        env.setenv("DLPERF_TEST_MARK", str(mark))
+        # a real process for the limit, forked: its CPU time counts from the fork
+        run = forked_dlperf(["run", "exp.toml"], tmp_path / "err.txt", session=True)
+    assert run.pid is not None
     try:
-        _wait_for("the run's training", lambda: mark.exists() or run.poll() is not None)
-        assert run.poll() is None, (tmp_path / "err.txt").read_text()
+        _wait_for("the run's training", lambda: mark.exists() or not run.is_alive())
+        assert run.is_alive(), (tmp_path / "err.txt").read_text()
         used = _cpu_seconds(run.pid)
         soft = int(used) + 2
         resource.prlimit(run.pid, resource.RLIMIT_CPU, (soft, soft + 60))
-        run.wait(timeout=DEADLINE_S)
+        run.join(timeout=DEADLINE_S)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+        run.join()
     said = _said((tmp_path / "err.txt").read_text())
-    assert run.returncode == 128 + signal.SIGXCPU, said
+    assert run.exitcode == 128 + signal.SIGXCPU, said
     assert "Traceback" not in "\n".join(said)
     stop = [line for line in said if "SIGXCPU" in line]
     # The CPU time used when it came, not the soft limit then: Linux raises that a second
