@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch._dynamo  # imported before the fork (see forked_dlperf)
 
 import dlperf
-import dlperf.cli  # imported before the fork (see forked_dlperf)
 from dlperf.__main__ import main
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult
@@ -119,7 +117,12 @@ def forked_dlperf(
     torch._dynamo (a first optimizer step's import) and the command's modules come imported,
     as in tests/deploy/test_export_unfinished.py's stopped_run. Where a fresh interpreter is
     what is tested (its imports, its streams, encoding or stack as it starts, its exit,
-    torch's once-a-process state), start one."""
+    torch's once-a-process state), start one. Imported here, not at the top: other modules
+    import this one."""
+    import torch._dynamo  # noqa: F401
+
+    import dlperf.cli  # noqa: F401
+
     context = multiprocessing.get_context("fork")
     proc = context.Process(target=_child, args=(args, err, out, session))
     proc.start()
