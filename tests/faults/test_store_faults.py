@@ -549,6 +549,10 @@ def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
         os.dup2(err.fileno(), 2)
         sys.stdout, sys.stderr = out, err
         faulthandler.enable(err)  # a SIGABRT's stacks to `log` (the test's own stderr else)
+        # The stop signals as a new interpreter has them, whatever pytest left in this one
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
         sys.argv = ["dlperf", *args]
         main()
 
