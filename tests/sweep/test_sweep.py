@@ -9,10 +9,9 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -64,23 +63,15 @@ def wait_for(predicate: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def start_sweep(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
-    """`dlperf sweep ARGS` as a real process, parking every run at step `pause_at`, taking
-    SIGINT as a terminal's Ctrl-C delivers it (see tests/test_distributed_scale.py)."""
-    env = {
-        **os.environ,
-        "DLPERF_DB": db,
-        **hook_env("pause_at_step", f"{pause_at}:{root / 'parked'}"),
-    }
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with open(root / "stderr.txt", "wb") as err:
-            return subprocess.Popen(
-                [sys.executable, "-m", "dlperf", "sweep", *args],
-                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err,
-            )  # fmt: skip
-    finally:
-        signal.signal(signal.SIGINT, previous)
+def start_sweep(root: Path, db: str, *args: str, pause_at: int) -> BaseProcess:
+    """`dlperf sweep ARGS` as a real process, parking every run at step `pause_at`, its
+    stderr to root/stderr.txt: forked from this one (forked_dlperf: torch comes imported;
+    its workers are `python -m` processes of their own, as always). dlperf's entry point
+    takes SIGINT there as a terminal's Ctrl-C delivers it."""
+    from tests.faults.test_store_faults import forked_dlperf  # which imports this module
+
+    env = {"DLPERF_DB": db, **hook_env("pause_at_step", f"{pause_at}:{root / 'parked'}")}
+    return forked_dlperf(root, ["sweep", *args], root / "stderr.txt", env)
 
 
 def processes_under(root: Path) -> dict[int, str]:
@@ -345,10 +336,13 @@ def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
             wait_for(lambda: (tmp_path / "parked").exists(), "point 3 to park at step 6")
             wait_for(lambda: len(worker_pids((tmp_path / "stderr.txt").read_text())) == 3,
                      "the third worker")  # fmt: skip
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
+            assert proc.pid is not None
+            os.kill(proc.pid, signal.SIGINT)
+            proc.join(timeout=EVENT_S)
+            assert proc.exitcode == 130, (tmp_path / "stderr.txt").read_text()
         finally:
             proc.kill()
+            proc.join()
         err = (tmp_path / "stderr.txt").read_text()
     params = [(1, 0.1), (1, 0.05), (2, 0.05)]
     runs = {(r.config["train"]["epochs"], r.config["train"]["lr"]): r for r in store.list_runs()}
@@ -382,14 +376,15 @@ def test_workers_die_with_a_sigkilled_sweep(tmp_path: Path, db: str) -> None:
         wait_for(lambda: (tmp_path / "parked").exists(), "the worker to park")
         pids = worker_pids((tmp_path / "stderr.txt").read_text())
         assert pids
-        proc.kill()
-        proc.wait(timeout=EVENT_S)
+        proc.kill()  # SIGKILL
+        proc.join(timeout=EVENT_S)
         wait_for(
             lambda: not processes_under(tmp_path) and not any(alive(pid) for pid in pids),
             "the worker to die with dlperf",
         )
     finally:
         proc.kill()
+        proc.join()
 
 
 def test_load_sweep_names_the_closest_key(tmp_path: Path) -> None:
