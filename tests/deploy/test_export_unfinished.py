@@ -5,22 +5,19 @@ SIGKILLed run's epoch-1 checkpoint shipped with exit 0 and no word."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch._dynamo  # noqa: F401  (see stopped_run)
 
-from dlperf.cli import main
 from dlperf.deploy import meta as meta_io
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult
-from tests.hooks import install
+from tests.faults.test_store_faults import forked_dlperf
+from tests.hooks import hook_env
 
 # One real run and two exports.
 pytestmark = pytest.mark.faults
@@ -28,32 +25,22 @@ DEADLINE_S = 300.0  # a guard against a run that never pauses, far past its minu
 PAUSE_STEP = 6  # epoch 2 of 4 steps: the epoch-1 checkpoint is written
 
 
-def _dlperf_run(path: Path) -> None:
-    """`dlperf run PATH` through its entry point, in a forked child."""
-    sys.argv = ["dlperf", "run", str(path)]
-    main()
-
-
 def stopped_run(root: Path, sig: signal.Signals, model: str = "smallcnn") -> None:
     """A real `dlperf run` of `model` (3 epochs of 4 steps) paused in epoch 2, then sent
-    `sig`. The process is forked from this one and runs dlperf's entry point there: this one
-    has torch imported, and a `python -m dlperf run` start was most of the test's time (what
-    the tests read is the run the signal leaves; tests/store/test_store.py forks so too).
-    The entry point and torch._dynamo (a first optimizer step's import) are imported here,
-    before the fork, as the exports after it import them: the child does not pay for them."""
+    `sig`: forked from this process (tests.faults.test_store_faults.forked_dlperf: torch
+    comes imported, and a `python -m dlperf run` start was most of the test's time), its
+    stderr to root/stderr.txt."""
     exp = root / "tiny.toml"
     text = TINY.format(epochs=3).replace('name = "smallcnn"', f'name = "{model}"')
     text = text.replace('name = "digits"', 'name = "digits"\nlimit = 128')
     exp.write_text(text + f'out_dir = "{root / "runs"}"\n')
     marker = root / "paused"
-    with pytest.MonkeyPatch.context() as env:  # the hook is the child's alone
-        install(env, "pause_at_step", f"{PAUSE_STEP}:{marker}")
-        proc = multiprocessing.get_context("fork").Process(target=_dlperf_run, args=(exp,))
-        proc.start()
+    pause = hook_env("pause_at_step", f"{PAUSE_STEP}:{marker}")
+    proc = forked_dlperf(root, ["run", str(exp)], root / "stderr.txt", pause)
     try:
         deadline = time.monotonic() + DEADLINE_S
         while not marker.exists():
-            assert proc.is_alive(), f"the run ended (exit code {proc.exitcode}) before its pause"
+            assert proc.is_alive(), (root / "stderr.txt").read_text()
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert proc.pid is not None
