@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,9 +107,6 @@ def test_the_validation_set_size_is_read_from_the_values() -> None:
     assert ensemble.val_size(np.linspace(0.3, 0.9123457, 30)) is None  # a loss-like float
 
 
-# The ensemble form reads none of the bootstrap refits `converge predict` makes of the curve
-# fits first: 20, not 200, give the same output (see test_ensemble.py's ENSEMBLE_PREDICT).
-@pytest.mark.usefixtures("fewer_bootstrap_fits")
 def test_predict_on_a_144_image_curve_names_no_epoch_for_a_perfect_score(
     cli: Callable[..., Any], tmp_path: Path
 ) -> None:

@@ -727,8 +727,8 @@ class FitReport:
 
 
 def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitReport:
-    """Both forms fitted to the first n_fit points, with bootstrap intervals, and compared on
-    later points."""
+    """Both forms fitted to the first n_fit points, with bootstrap intervals (none, and no
+    samples, with `n_boot` 0), and compared on later points."""
     check_metric(metric)
     unfit = nothing_to_fit(curve, metric, n_fit)  # checks the values too
     if unfit is not None:
@@ -737,8 +737,9 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     fits, params, samples, ci = {}, {}, {}, {}
     for form in PARAMS:
         fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
-        samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
-        ci[form] = intervals(samples[form], form, params[form])
+        if n_boot:
+            samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
+            ci[form] = intervals(samples[form], form, params[form])
     heldout = compare_forms(k, y, n_fit)
     return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout)
 
