@@ -9,6 +9,7 @@ and say so. Every mount is undone in a `finally`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import faulthandler
 import json
@@ -549,10 +550,14 @@ def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
         os.dup2(err.fileno(), 2)
         sys.stdout, sys.stderr = out, err
         faulthandler.enable(err)  # a SIGABRT's stacks to `log` (the test's own stderr else)
-        # The stop signals as a new interpreter has them, whatever pytest left in this one
+        # The signal actions a new interpreter starts with, whatever pytest (pytest-timeout's
+        # SIGALRM handler, say) left in this one
+        for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's start-up sets them
+            signal.signal(sig, signal.SIG_IGN)
         sys.argv = ["dlperf", *args]
         main()
 
