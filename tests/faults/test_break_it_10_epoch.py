@@ -4,12 +4,8 @@ checkpoint, as "loses at most the epoch in progress" promises."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import multiprocessing
-import os
 import signal
-import sys
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -18,9 +14,9 @@ import pytest
 import torch
 
 import dlperf
-from dlperf.__main__ import main
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult
+from tests.forked import dlperf_process
 from tests.hooks import install
 
 Cli = Callable[..., CliResult]
@@ -86,47 +82,18 @@ EPOCHS = 3
 STEPS_PER_EPOCH = 20  # digits at batch 64
 
 
-def _child(args: list[str], err: Path, out: Path | None, session: bool) -> None:
-    if session:
-        os.setsid()
-    # The signal actions a fresh interpreter starts with, not this process's: pytest-timeout's
-    # SIGALRM handler, inherited, took a model's timer for the test's timeout.
-    for sig in signal.valid_signals():
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's start-up sets them
-        signal.signal(sig, signal.SIG_IGN)
-    os.dup2(os.open(out or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
-    os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115  (the child's own)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.argv = ["dlperf", *args]
-    main()
-
-
 def forked_dlperf(
     args: list[str], err: Path, out: Path | None = None, session: bool = False
 ) -> BaseProcess:
-    """`dlperf ARGS` through the process's entry point, in a child forked from this process,
-    in this process's directory and environment: its stderr to `err`, its stdout to `out` (or
-    /dev/null); in a session of its own with `session` (a signal to its group reaches it and
-    its children, as a terminal's does); started, not waited for. A real process for a test's
-    signal, limit or exit code, without a fresh interpreter's 6-7 CPU-s of imports: torch,
-    torch._dynamo (a first optimizer step's import) and the command's modules come imported,
-    as in tests/deploy/test_export_unfinished.py's stopped_run. Where a fresh interpreter is
-    what is tested (its imports, its streams, encoding or stack as it starts, its exit,
-    torch's once-a-process state), start one. Imported here, not at the top: other modules
-    import this one."""
-    import torch._dynamo  # noqa: F401
-
-    import dlperf.cli  # noqa: F401
-
-    context = multiprocessing.get_context("fork")
-    proc = context.Process(target=_child, args=(args, err, out, session))
-    proc.start()
-    return proc
+    """`dlperf ARGS` in a real process of its own (tests.forked.dlperf_process: forked by a
+    server that imported torch, torch._dynamo and the entry point once), in this process's
+    directory and environment: its stderr to `err`, its stdout to `out` (or /dev/null); in a
+    session of its own with `session` (a signal to its group reaches it and its children, as a
+    terminal's does); started, not waited for. For a test's signal, limit or exit code,
+    without a fresh interpreter's 6-7 CPU-s of imports. Where a fresh interpreter is what is
+    tested (its imports, its streams, encoding or stack as it starts, its exit, torch's
+    once-a-process state), start one."""
+    return dlperf_process(args, err, out, session=session)
 
 
 def _run(tmp_path: Path, db: str, sig: str) -> tuple[int, str]:

@@ -9,11 +9,8 @@ and say so. Every mount is undone in a `finally`.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import faulthandler
 import json
-import multiprocessing
 import os
 import random
 import shutil
@@ -41,6 +38,7 @@ from dlperf.experiment.run import run_experiment
 from dlperf.procs import this_process
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult, fresh_store_url
+from tests.forked import dlperf_process
 from tests.hooks import PAUSE_ENV, SAVE_SIGNAL_ENV, hook_env, install
 from tests.sweep.test_sweep import EVENT_S, sweep_json, wait_for, write_sweep
 
@@ -536,30 +534,6 @@ def test_sigterm_marks_every_run_killed(
 
 RESUMED = TINY.format(epochs=3)  # 20 steps per epoch at batch 64
 STEPS = 60
-FORK = multiprocessing.get_context("fork")
-
-
-def _dlperf_child(root: Path, args: list[str], log: Path) -> None:
-    """`python -m dlperf ARGS`'s entry point in `root`, in a forked child: stdout to
-    /dev/null, stderr to `log`."""
-    from dlperf.__main__ import main
-
-    os.chdir(root)
-    with open(os.devnull, "w") as out, open(log, "w") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        sys.stdout, sys.stderr = out, err
-        faulthandler.enable(err)  # a SIGABRT's stacks to `log` (the test's own stderr else)
-        # The signal actions a new interpreter starts with, whatever pytest (pytest-timeout's
-        # SIGALRM handler, say) left in this one
-        for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's start-up sets them
-            signal.signal(sig, signal.SIG_IGN)
-        sys.argv = ["dlperf", *args]
-        main()
 
 
 def forked_dlperf(
@@ -567,23 +541,11 @@ def forked_dlperf(
 ) -> BaseProcess:
     """A real `dlperf ARGS` process in `root`, started (not waited for), with `env` added to
     its environment (the pause hook's variable only if given there); stdout to /dev/null,
-    stderr to `log`. Forked from this process, with torch, the entry point and torch._dynamo
-    (a first optimizer step's import) imported first: the tests need a live process of its
-    own pid, signals and exit code, and a `python -m dlperf` start was most of their time
-    (tests/store/test_store.py forks its takers so too). Where a fresh interpreter is what
-    is tested (its imports, its streams as it starts), start one. Imported here, not at the
-    top: ~100 modules import this one."""
-    import torch._dynamo  # noqa: F401
-
-    from dlperf import __main__, cli  # noqa: F401
-
-    with pytest.MonkeyPatch.context() as patch:  # the child's environment alone
-        patch.delenv(PAUSE_ENV, raising=False)
-        for key, value in (env or {}).items():
-            patch.setenv(key, value)
-        child = FORK.Process(target=_dlperf_child, args=(root, args, log))
-        child.start()
-    return child
+    stderr to `log`. Forked by tests.forked's server, with torch, torch._dynamo and the entry
+    point imported once: the tests need a live process of its own pid, signals and exit
+    code, and a `python -m dlperf` start was most of their time. Where a fresh interpreter is
+    what is tested (its imports, its streams as it starts), start one."""
+    return dlperf_process(args, log, cwd=root, env={PAUSE_ENV: "", **(env or {})})
 
 
 def _dlperf(
