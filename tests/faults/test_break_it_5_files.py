@@ -9,24 +9,14 @@ The commands that could block run under a guard: a regression that blocks fails 
 instead of hanging the suite (a guard, not a timing assertion). `runs trace` and `report`
 (two pages: no drawing workers) read their traces in this thread: they run in this process
 under pytest-timeout, whose signal ends a blocked open(), as test_break_it_5_resume.py's
-commands on the killed run do. `Commands` is the guard for commands that may block where no
-signal to this process frees them (in another thread, or inside a C call that retries).
+commands on the killed run do.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -37,79 +27,6 @@ from tests.test_trace_caps import gz, step_events, traced_run
 
 Cli = Callable[..., CliResult]
 GUARD_S = 300  # far past what each command takes on the busy shared machine
-
-
-# One child for several commands: for each line it reads (a directory, DLPERF_DB, arguments)
-# it runs `dlperf ARGUMENTS` there through the entry point (as the `cli` fixture does), then
-# writes a line of DONE and the result's JSON.
-DONE = "\x00dlperf-done\x00"
-SERVE = f"""
-import contextlib, io, json, os, sys
-from dlperf.cli import main
-for line in sys.stdin:
-    cwd, db, args = json.loads(line)
-    os.chdir(cwd)
-    if db is None:
-        os.environ.pop("DLPERF_DB", None)
-    else:
-        os.environ["DLPERF_DB"] = db
-    out, err = io.StringIO(), io.StringIO()
-    sys.argv = ["dlperf", *args]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    print({DONE!r} + json.dumps([code, out.getvalue(), err.getvalue()]), flush=True)
-"""
-
-
-class Commands:
-    """`dlperf ARGS` commands run one after another in one process (group) of its own, each
-    failing its test if still running after GUARD_S: one start, torch's import included, for
-    several commands that may block, with files changed between them. Each runs where
-    `dlperf` would start it: in this process's directory, against its DLPERF_DB, at the call.
-    Killed, with any workers, on leaving."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVE],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
-        )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        assert self.proc.stdout is not None
-        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.put(line)
-        self.lines.put("")  # the child is gone
-
-    def __call__(self, *args: str) -> CliResult:
-        assert self.proc.stdin is not None
-        line = [os.getcwd(), os.environ.get("DLPERF_DB"), args]
-        self.proc.stdin.write(json.dumps(line) + "\n")
-        self.proc.stdin.flush()
-        deadline = time.monotonic() + GUARD_S
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
-            assert line, f"the commands' process ended: {self.proc.communicate()[1]}"
-            if DONE in line:  # after anything written to the descriptor itself
-                code, out, err = json.loads(line.split(DONE)[1])
-                return CliResult(code, out, err)
-
-    def __enter__(self) -> Commands:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.communicate()
 
 
 def fifo(path: Path) -> None:
