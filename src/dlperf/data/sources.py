@@ -642,31 +642,50 @@ def _missing(
 def _root_folder(cfg: DataConfig) -> Path:
     """data.root, of a set whose files lie in folders under it, refused when it is there but
     no folder (an .npz file): "root/train not found", or a download offered that would make a
-    folder inside a file, named neither what it is nor the set that reads it. A link to
-    nothing there (a set on a drive not mounted) is said to be one, naming its target; a loop
-    of links (whose target is there, as a link) is said to be a loop."""
+    folder inside a file, named neither what it is nor the set that reads it."""
     _refuse_unexpanded(cfg.root)
-    if (chain := link_loop(cfg.root)) is not None:
+    root = Path(cfg.root)
+    if root.suffix.lower() == ".npz" and os.path.isfile(root):
         raise UserError(
-            f"data.root {cfg.root} is a loop of symbolic links ({chain})",
-            f"point one of the links at the folder that holds the {cfg.name} files",
+            f"data.root {cfg.root} is a file, not a folder", 'an .npz file: set data.name = "npz"'
         )
-    if (target := link_to_nothing(cfg.root)) is not None:
+    holds = f"the folder that holds the {cfg.name} files"
+    _refuse_no_folder(root, f"data.root {cfg.root}", holds, f"set data.root to {holds}")
+    return root
+
+
+def _refuse_no_folder(path: Path, said: str, holds: str, fix: str) -> None:
+    """Refuse `path` (`said` names it) when it is there but no folder. A link to nothing there
+    (a set on a drive not mounted) is said to be one, naming its target; a loop of links
+    (whose target is there, as a link) is said to be a loop: "not found" of either, or of a
+    file, sent the user looking for what is there. `holds` names the folder meant, `fix`
+    says how to give it."""
+    if (chain := link_loop(path)) is not None:
         raise UserError(
-            f"data.root {cfg.root} is a link to {target}, which is not there",
-            f"mount or restore {target}, or set data.root to the folder that holds the "
-            f"{cfg.name} files",
+            f"{said} is a loop of symbolic links ({chain})", f"point one of the links at {holds}"
         )
-    kind = not_regular(cfg.root)
-    if kind != "a directory" and os.path.lexists(cfg.root):
-        npz = Path(cfg.root).suffix.lower() == ".npz"
+    if (target := link_to_nothing(path)) is not None:
         raise UserError(
-            f"data.root {cfg.root} is {kind or 'a file'}, not a folder",
-            'an .npz file: set data.name = "npz"'
-            if npz
-            else f"set data.root to the folder that holds the {cfg.name} files",
+            f"{said} is a link to {target}, which is not there",
+            f"mount or restore {target}, or {fix}",
         )
-    return Path(cfg.root)
+    kind = not_regular(path)
+    if kind != "a directory" and os.path.lexists(path):
+        raise UserError(f"{said} is {kind or 'a file'}, not a folder", fix)
+
+
+def _split_folder(root: Path, split: str) -> Path:
+    """root/train or root/val, refused when it is not there or no folder."""
+    folder = root / split
+    fix = f"make it a folder of class folders of {split} images"
+    _refuse_no_folder(folder, str(folder), f"the folder of {split} images", fix)
+    if not folder.is_dir():
+        fix = "imagefolder wants root/train and root/val"
+        if not root.is_dir():  # where a relative data.root not there was read from
+            raise _not_found(folder, root, " not found", fix)
+        # not of a root found: giving it as an absolute path would change nothing
+        raise UserError(f"{folder} not found", fix)
+    return folder
 
 
 def _refuse_unexpanded(root: str | Path) -> None:
@@ -2052,9 +2071,7 @@ def _test_folder(root: Path) -> Path:
     if os.path.lexists(test):
         said = f"{test} is {not_regular(test) or 'a file'}, not a folder of class folders"
         raise _not_tested_on(root, said, _MAKE_TEST_FOLDER)
-    if not (root / "val").is_dir():
-        raise UserError(f"{root / 'val'} not found", "imagefolder wants root/train and root/val")
-    return root / "val"
+    return _split_folder(root, "val")
 
 
 def _holds_images(split: Path) -> bool:
@@ -2197,10 +2214,7 @@ def imagefolder(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
     if cfg.image_size is None:
         raise NoImageSize("data.image_size is required for imagefolder", "e.g. image_size = 64")
     root = _root_folder(cfg)
-    if not (root / "train").is_dir():
-        raise _not_found(
-            root / "train", root, " not found", "imagefolder wants root/train and root/val"
-        )
+    _split_folder(root, "train")
     test_dir = _test_folder(root)
     _linked_splits(root)
     reporter = reporter or NullReporter()
