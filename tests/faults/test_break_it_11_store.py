@@ -20,6 +20,7 @@ from dlperf.store import RunStore
 from dlperf.store.migrations import SCHEMA_VERSION
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_10_store import a_run
+from tests.faults.test_break_it_22_store import _schema
 from tests.faults.test_store_faults import one_line
 from tests.store.test_migrations import FIRST_RELEASE
 
@@ -221,7 +222,8 @@ def test_a_garbled_version_on_postgresql_names_a_fix_that_works_there(
         result = cli("--db", url, "runs", "list")
         one_line(result, 2, "has schema version 'abc', which no dlperf writes")
         assert "runs repair" not in result.err
-        assert "UPDATE meta SET value = '3' WHERE key = 'schema_version'" in result.err
+        fix = f"UPDATE {_schema(url)}.meta SET value = '3' WHERE key = 'schema_version'"
+        assert fix in result.err  # in the store's schema (break-it 36)
 
 
 # Stores made after store ids (meta) came and before versions were recorded: tags and meta,

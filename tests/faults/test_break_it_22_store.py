@@ -109,7 +109,7 @@ def test_a_schema_version_of_0_names_the_version_to_set_on_postgresql(
     _runs(pg_url)
     _sql(pg_url, "UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     result = cli("--db", pg_url, "runs", "list")
-    one_line(result, 2, "schema version '0'", "UPDATE meta SET value = '3'")
+    one_line(result, 2, "schema version '0'", f"UPDATE {_schema(pg_url)}.meta SET value = '3'")
 
 
 # --- 2: a run locked before it is looked at (PostgreSQL) ----------------------------------------

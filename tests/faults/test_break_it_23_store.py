@@ -20,7 +20,7 @@ import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
-from tests.faults.test_break_it_22_store import _runs, _sql
+from tests.faults.test_break_it_22_store import _runs, _schema, _sql
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -68,7 +68,8 @@ def test_a_store_that_lost_its_id_is_refused_and_nothing_written(
         f"UPDATE meta SET value = '{version}' WHERE key = 'schema_version'",
     )
     before = _meta(store_url)
-    fix = "runs repair NEW.db" if store_url.startswith("sqlite") else "INSERT INTO meta"
+    sqlite = store_url.startswith("sqlite")
+    fix = "runs repair NEW.db" if sqlite else f"INSERT INTO {_schema(store_url)}.meta"
     for args in (("runs", "list"), ("runs", "show", str(run_id)), ("runs", "tag", "1", "a=b")):
         result = cli("--db", store_url, *args)
         one_line(result, 2, "has no store id", "edited by hand or damaged", fix)
@@ -101,7 +102,7 @@ def test_the_fix_named_for_a_lost_id_works(cli: Cli, store_url: str, tmp_path: P
         assert [r.id for r in RunStore.open(f"sqlite:///{new}").list_runs()] == ids[::-1]
         return
     said = cli("--db", store_url, "runs", "list").err.splitlines()[-1]
-    insert = said[said.index("INSERT INTO meta") :].split(", ID ")[0]
+    insert = said[said.index(f"INSERT INTO {_schema(store_url)}.meta") :].split(", ID ")[0]
     _sql(store_url, insert.replace("'ID'", f"'{store_id}'"))
     assert RunStore.open(store_url).id == store_id
 

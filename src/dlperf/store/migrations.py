@@ -25,7 +25,7 @@ from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, delete, insert, inspect, select, text
+from sqlalchemy import Connection, Dialect, Engine, delete, insert, inspect, select, text
 
 from dlperf.errors import UserError
 from dlperf.store.ids import made_store_id
@@ -78,16 +78,28 @@ def written(version: str) -> bool:
     )
 
 
+def table_named(dialect: Dialect, table: str) -> str:
+    """`table` as a fix to run by hand names it: in a PostgreSQL store's schema, quoted as SQL
+    needs, as the 64-bit ALTER advice names it (runstore's `_ids_used_up`). In psql, without
+    the store URL's search_path, a bare `meta` named no table, or another store's.
+    SQLAlchemy's default_schema_name is the session's current_schema(), read as it connected."""
+    schema = dialect.default_schema_name
+    if dialect.name == "sqlite" or schema is None:
+        return table
+    return f"{dialect.identifier_preparer.quote(schema)}.{table}"
+
+
 def _version(
     facts: dict[str, str],
     tables: set[str],
     where: str,
     columns: Callable[[str], set[str]],
     sqlite: bool,
+    meta: str = Meta.__tablename__,
 ) -> int:
     """0 for an empty database (no version row), 1 for a store made before versions were
     recorded. `columns`: a table's column names, read only where the version row is missing
-    or garbled."""
+    or garbled. `meta`: the meta table as a server's fix names it (`table_named`)."""
     if VERSION_KEY in facts:
         # Written by hand, or damaged. '0' too: versions start at 1, and 0 stands only for no
         # version row in an empty database; taken as that, a read command made the missing
@@ -100,7 +112,7 @@ def _version(
                 "writes",
                 _repair(where)
                 if sqlite
-                else f"set it back: UPDATE meta SET value = '{_shape(tables, columns)}' "
+                else f"set it back: UPDATE {meta} SET value = '{_shape(tables, columns)}' "
                 f"WHERE key = '{VERSION_KEY}'",
             )
         version = int(facts[VERSION_KEY])
@@ -111,7 +123,7 @@ def _version(
                 "upgrade dlperf to use it",
             )
         if version >= FIRST_VERSIONED and STORE_ID not in facts:
-            raise _lost_id(where, sqlite)
+            raise _lost_id(where, sqlite, meta)
         return version
     if not tables:
         return 0
@@ -128,13 +140,13 @@ def _version(
             if sqlite
             else "restore the meta table from a backup (pg_dump)"
             if Meta.__tablename__ not in tables
-            else "put the row back: INSERT INTO meta (key, value) VALUES "
+            else f"put the row back: INSERT INTO {meta} (key, value) VALUES "
             f"('{VERSION_KEY}', '{SCHEMA_VERSION}')",
         )
     return 1
 
 
-def _lost_id(where: str, sqlite: bool) -> UserError:
+def _lost_id(where: str, sqlite: bool, meta: str) -> UserError:
     """A store with a version row from 2 on was given its id in the same transaction as the
     row: without it, it lost it. Minting a new one (what a read command did) put the store
     away from its runs' files under <run.out_dir>/<old id>/: every checkpoint then read as
@@ -144,7 +156,7 @@ def _lost_id(where: str, sqlite: bool) -> UserError:
         "edited by hand or damaged",
         f"copy its runs into a store with an id of its own: dlperf --db {where} runs repair NEW.db"
         if sqlite
-        else f"put the row back: INSERT INTO meta (key, value) VALUES ('{STORE_ID}', 'ID'), ID "
+        else f"put the row back: INSERT INTO {meta} (key, value) VALUES ('{STORE_ID}', 'ID'), ID "
         "the name of its directory under run.out_dir (12 hexadecimal digits)",
     )
 
@@ -243,13 +255,14 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
     engine whose transactions write; `where` names the store in errors."""
     sqlite = reader.dialect.name == "sqlite"
     with reader.connect() as conn:
+        meta = table_named(reader.dialect, Meta.__tablename__)  # connected: its schema is known
         tables = set(inspect(conn).get_table_names())
         facts = _facts(conn, tables)
         if STORE_ID in facts:
             _refuse_bad_id(facts[STORE_ID], where, sqlite)
         if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
             return facts[STORE_ID]  # the common case: a current store, only read
-        _version(facts, tables, where, _columns(conn), sqlite)  # refused before any lock
+        _version(facts, tables, where, _columns(conn), sqlite, meta)  # refused before any lock
     if not tables and not create:
         return None
     with writer.begin() as conn:
@@ -257,7 +270,7 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
         tables = set(inspect(conn).get_table_names())  # again: another process may have migrated
         facts = _facts(conn, tables)
-        version = _version(facts, tables, where, _columns(conn), sqlite)
+        version = _version(facts, tables, where, _columns(conn), sqlite, meta)
         if version < SCHEMA_VERSION:
             _refuse_foreign(conn, tables, where)
         if version == 0:

@@ -1503,10 +1503,11 @@ def _not_an_object(run: Run, column: str) -> UserError:
     if path is not None:
         return integrity.garbled_json(path, run.id, column, integrity.NOT_OBJECT)
     name = integrity.shown(masked_url(engine.url.render_as_string(hide_password=False)))
+    runs = migrations.table_named(engine.dialect, Run.__tablename__)  # in its schema, for psql
     return UserError(
         f"run {run.id}'s {column} in run store {name} {integrity.NOT_OBJECT}; "
         "dlperf cannot read that run",
-        f"set it to an object again: UPDATE runs SET {column} = '{{}}' WHERE id = {run.id}",
+        f"set it to an object again: UPDATE {runs} SET {column} = '{{}}' WHERE id = {run.id}",
     )
 
 
