@@ -5,6 +5,8 @@ file was "set/train not found", and of a relative data.root with "a relative dat
 from the current directory ... give an absolute path", though the root was found and an
 absolute path changes nothing. Each is now said to be what it is, as a data.root is; the
 relative-path hint is given only where data.root itself is not there.
+
+C2 (found fixing C1): a test/ that is a loop of symbolic links was "a link to nothing (test)".
 """
 
 from __future__ import annotations
@@ -91,3 +93,17 @@ def test_c1_a_missing_split_of_a_relative_root_that_is_there_has_no_relative_pat
     # a relative data.root not there keeps it
     r = describe(cli, "gone")
     one_line(r, 2, "gone/train not found: a relative data.root is read from the current")
+
+
+# --- C2: test/ a loop of links ----------------------------------------------------------------
+
+
+def test_c2_a_test_folder_that_is_a_loop_of_links_is_said_to_be_one(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: "set/test is a link to nothing (test)", of a link that points at itself."""
+    root = split_folders(tmp_path / "set")
+    (root / "test").symlink_to("test")
+    r = describe(cli, root)
+    one_line(r, 2, f"{root}/test is a loop of symbolic links ({root}/test -> test)")
+    assert "link to nothing" not in r.err and "remove test/ to test on val/" in r.err

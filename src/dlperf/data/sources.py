@@ -2060,11 +2060,14 @@ def _not_tested_on(root: Path, said: str, fix: str) -> UserError:
 
 def _test_folder(root: Path) -> Path:
     """root/test where there is one, else root/val (the Visual Decathlon layout). A test/ that
-    is there but no folder (a file, a link to nothing: a drive not mounted) is refused, not
-    passed over for val/ without a word."""
+    is there but no folder (a file, a link to nothing: a drive not mounted, a loop of links)
+    is refused, not passed over for val/ without a word."""
     test = root / "test"
     if test.is_dir():
         return test
+    if (chain := link_loop(test)) is not None:  # not there either, but no link to nothing
+        said = f"{test} is a loop of symbolic links ({chain})"
+        raise _not_tested_on(root, said, _MAKE_TEST_FOLDER)
     if test.is_symlink() and not test.exists():
         said = f"{test} is a link to nothing ({os.readlink(test)})"
         raise _not_tested_on(root, said, _MAKE_TEST_FOLDER)
