@@ -17,23 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import make_url
 
 import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import POSTGRES
-
-
-def _sql(url: str, *statements: str) -> None:
-    """Run `statements` in one transaction, as psql on `url` would."""
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.execute(text(statement))
-    finally:
-        engine.dispose()
+from tests.faults.test_break_it_29_store import edit
 
 
 @pytest.fixture(params=["bk36_store", "Bk36 Store"])
@@ -44,14 +34,14 @@ def schema_url(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
         pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
     name = f"{request.param}_{uuid.uuid4().hex[:8]}"
     quoted = name if name.islower() and " " not in name else f'"{name}"'
-    _sql(POSTGRES, f"CREATE SCHEMA {quoted}")
+    edit(POSTGRES, f"CREATE SCHEMA {quoted}")
     # libpq's options: a backslash keeps the space in the value
     path = quoted.replace(" ", "\\ ")
     url = make_url(POSTGRES).update_query_dict({"options": f"-csearch_path={path}"})
     try:
         yield url.render_as_string(hide_password=False), quoted
     finally:
-        _sql(POSTGRES, f"DROP SCHEMA {quoted} CASCADE")
+        edit(POSTGRES, f"DROP SCHEMA {quoted} CASCADE")
 
 
 def _refused(url: str) -> Any:
@@ -69,26 +59,26 @@ def test_every_fix_named_for_a_store_in_a_schema_of_its_own_works_as_given_in_ps
     store_id = RunStore.open(url).id
 
     # A garbled schema version
-    _sql(POSTGRES or "", f"UPDATE {schema}.meta SET value = 'abc' WHERE key = 'schema_version'")
+    edit(POSTGRES or "", f"UPDATE {schema}.meta SET value = 'abc' WHERE key = 'schema_version'")
     hint = _refused(url).hint
     assert hint == f"set it back: UPDATE {schema}.meta SET value = '3' WHERE key = 'schema_version'"
-    _sql(POSTGRES or "", hint.partition(": ")[2])  # in psql: no search_path
+    edit(POSTGRES or "", hint.partition(": ")[2])  # in psql: no search_path
 
     # A lost version row
-    _sql(POSTGRES or "", f"DELETE FROM {schema}.meta WHERE key = 'schema_version'")
+    edit(POSTGRES or "", f"DELETE FROM {schema}.meta WHERE key = 'schema_version'")
     hint = _refused(url).hint
     assert hint.startswith(f"put the row back: INSERT INTO {schema}.meta (key, value) VALUES")
-    _sql(POSTGRES or "", hint.partition(": ")[2])
+    edit(POSTGRES or "", hint.partition(": ")[2])
 
     # A lost store id
-    _sql(POSTGRES or "", f"DELETE FROM {schema}.meta WHERE key = 'store_id'")
+    edit(POSTGRES or "", f"DELETE FROM {schema}.meta WHERE key = 'store_id'")
     hint = _refused(url).hint
     insert = hint.partition(": ")[2].split(", ID ")[0]
     assert insert.startswith(f"INSERT INTO {schema}.meta (key, value) VALUES")
-    _sql(POSTGRES or "", insert.replace("'ID'", f"'{store_id}'"))
+    edit(POSTGRES or "", insert.replace("'ID'", f"'{store_id}'"))
 
     # A run's config that is no JSON object
-    _sql(POSTGRES or "", f"UPDATE {schema}.runs SET config = '[1]'::json")
+    edit(POSTGRES or "", f"UPDATE {schema}.runs SET config = '[1]'::json")
     store = RunStore.open(url)
     assert store.id == store_id
     with pytest.raises(UserError) as e:
@@ -97,7 +87,7 @@ def test_every_fix_named_for_a_store_in_a_schema_of_its_own_works_as_given_in_ps
         e.value.hint
         == f"set it to an object again: UPDATE {schema}.runs SET config = '{{}}' WHERE id = 1"
     )
-    _sql(POSTGRES or "", e.value.hint.partition(": ")[2])
+    edit(POSTGRES or "", e.value.hint.partition(": ")[2])
     assert store.get_run(1).config == {}
     store.engine.dispose()
 
@@ -105,7 +95,7 @@ def test_every_fix_named_for_a_store_in_a_schema_of_its_own_works_as_given_in_ps
 def test_a_sqlite_store_is_still_told_to_repair(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     RunStore.open(url).engine.dispose()
-    _sql(url, "UPDATE meta SET value = 'abc' WHERE key = 'schema_version'")
+    edit(url, "UPDATE meta SET value = 'abc' WHERE key = 'schema_version'")
     assert _refused(url).hint == (
         f"copy what is readable into a new store: dlperf --db {url} runs repair NEW.db"
     )

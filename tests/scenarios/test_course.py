@@ -77,9 +77,10 @@ def plain_dlperf(line: str, cwd: Path) -> list[str] | None:
     return argv[1:]
 
 
-def run_in_process(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """`dlperf ARGS` through the real entry point in this process: its exit code, and what it
-    printed (stdout and stderr, its child processes' included: captured at the descriptors)."""
+def run_in_process(args: list[str], capture: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`dlperf ARGS` through the real entry point in this process: its exit code, stdout and
+    stderr (its child processes' too, where `capture` is capfd: captured at the descriptors).
+    tests/scenarios/test_quickstart.py runs its commands so too."""
     from dlperf.cli import main
 
     # Each command starts on one torch thread, as each test does (tests/conftest.py's
@@ -87,7 +88,7 @@ def run_in_process(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[
     torch.set_num_threads(1)
     argv = sys.argv
     sys.argv = ["dlperf", *args]
-    capfd.readouterr()
+    capture.readouterr()
     try:
         main()
         code = 0  # main() ends in SystemExit; as tests/conftest.py's `cli`, in case it returns
@@ -95,8 +96,8 @@ def run_in_process(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         sys.argv = argv
-    captured = capfd.readouterr()
-    return code, captured.out + captured.err
+    captured = capture.readouterr()
+    return code, captured.out, captured.err
 
 
 def test_the_page_has_a_block_per_problem() -> None:
@@ -154,7 +155,8 @@ def test_a_problem_runs_as_the_page_says(
             continue
         args = plain_dlperf(line, tmp_path)
         if args is not None:
-            code, said = run_in_process(args, capfd)
+            code, out, err = run_in_process(args, capfd)
+            said = out + err
         else:
             done = subprocess.run(
                 ["bash", "-c", prelude + line],

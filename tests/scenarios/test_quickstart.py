@@ -34,7 +34,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+from tests.scenarios.test_course import run_in_process
 
 pytestmark = pytest.mark.scenario
 
@@ -59,25 +60,6 @@ def quickstart_commands() -> list[str]:
                 if line.strip() and not line.strip().startswith("#"):
                     lines.append(line.strip())
     return lines
-
-
-def run_in_process(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`dlperf ARGS` through the real entry point in this process: exit code, stdout, stderr."""
-    from dlperf.cli import main
-
-    torch.set_num_threads(1)  # as each test starts (tests/conftest.py's _one_torch_thread)
-    argv = sys.argv
-    sys.argv = ["dlperf", *args]
-    capsys.readouterr()
-    try:
-        main()
-        code = 0  # main() ends in SystemExit; as tests/conftest.py's `cli`, in case it returns
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_quickstart_runs(
