@@ -59,7 +59,16 @@ def test_run_json_runs_list_show_compare(
     assert "train.lr" in cli("runs", "compare", str(result["run_id"]), str(second["run_id"])).out
 
 
-def test_demo_reaches_the_target(cli: Callable[..., CliResult], db: str) -> None:
+def test_demo_reaches_the_target(
+    cli: Callable[..., CliResult], db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shipped demo reaches its 95%. Its presets take the cores free as each run starts
+    (run.threads = "auto"); here one: the other pytest worker's next test may take the second
+    core a moment later, and two threads then wait on each other at every step (this test took
+    144 CPU-s so against 25)."""
+    from dlperf.engine import build
+
+    monkeypatch.setattr(build, "auto_threads", lambda free=None: 1)
     result = cli("demo", "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
