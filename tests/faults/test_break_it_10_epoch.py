@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -82,20 +81,6 @@ EPOCHS = 3
 STEPS_PER_EPOCH = 20  # digits at batch 64
 
 
-def forked_dlperf(
-    args: list[str], err: Path, out: Path | None = None, session: bool = False
-) -> BaseProcess:
-    """`dlperf ARGS` in a real process of its own (tests.forked.dlperf_process: forked by a
-    server that imported torch, torch._dynamo and the entry point once), in this process's
-    directory and environment: its stderr to `err`, its stdout to `out` (or /dev/null); in a
-    session of its own with `session` (a signal to its group reaches it and its children, as a
-    terminal's does); started, not waited for. For a test's signal, limit or exit code,
-    without a fresh interpreter's 6-7 CPU-s of imports. Where a fresh interpreter is what is
-    tested (its imports, its streams, encoding or stack as it starts, its exit, torch's
-    once-a-process state), start one."""
-    return dlperf_process(args, err, out, session=session)
-
-
 def _run(tmp_path: Path, db: str, sig: str) -> tuple[int, str]:
     """`dlperf run` of 3 epochs that sends itself SIG as its first checkpoint starts to be
     written (the epoch evaluated and logged): an exact moment, however busy the machine."""
@@ -104,7 +89,7 @@ def _run(tmp_path: Path, db: str, sig: str) -> tuple[int, str]:
     err = tmp_path / "stderr.txt"
     with pytest.MonkeyPatch.context() as env:  # the hook is the child's alone
         install(env, "signal_at_save", f"1:{sig}")
-        proc = forked_dlperf(args, err)
+        proc = dlperf_process(args, err)
     try:
         proc.join(timeout=DEADLINE_S)
     finally:

@@ -35,7 +35,7 @@ from dlperf.engine.hooks import HOOKS_ENV, StepEnd
 from dlperf.paths import atomic_write
 from dlperf.procs import proc_stat
 from tests.conftest import TINY, CliResult
-from tests.faults.test_break_it_10_epoch import forked_dlperf
+from tests.forked import dlperf_process
 
 DEADLINE_S = 300
 HOLD_ENV = "DLPERF_TEST_HOLD_AT_STEP"
@@ -95,7 +95,7 @@ def test_a_run_stopped_and_continued_says_so_and_for_how_long(
         env.setenv(HOOKS_ENV, f"{__name__}:HoldAt")
         env.setenv(HOLD_ENV, f"5:{tmp_path}")  # in epoch 1 (8 steps), past its 2 warm-up steps
         # forked in tmp_path (db's cwd): a real process for the stop, no fresh interpreter
-        proc = forked_dlperf(["--db", db, "run", "exp.toml", *LIMITED, "--json"], err, stdout)
+        proc = dlperf_process(["--db", db, "run", "exp.toml", *LIMITED, "--json"], err, stdout)
     assert proc.pid is not None
     try:
         _wait_for(tmp_path / "held", proc)

@@ -34,7 +34,7 @@ from dlperf.errors import UserError
 from dlperf.models.registry import build_from_factory, create_model, load_factory, noting
 from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_break_it_10_epoch import forked_dlperf
+from tests.forked import dlperf_process
 
 DEADLINE_S = 300
 
@@ -117,7 +117,7 @@ def test_a_model_file_that_sets_stop_handlers_still_stops_on_ctrl_c(
     (tmp_path / "exp.toml").write_text(LONG_RUN)
     err = tmp_path / "stderr.txt"
     # forked, in tmp_path (db's cwd): the model file's handlers meet dlperf's, as at a start
-    proc = forked_dlperf(["--db", db, "run", "exp.toml"], err)
+    proc = dlperf_process(["--db", db, "run", "exp.toml"], err)
     try:
         _wait_for(tmp_path / "training", proc, err)
         assert proc.pid is not None

@@ -31,7 +31,7 @@ from dlperf.errors import UserError
 from dlperf.models.registry import build_from_factory, create_model, load_factory, noting
 from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_break_it_10_epoch import forked_dlperf
+from tests.forked import dlperf_process
 
 DEADLINE_S = 300
 
@@ -300,7 +300,7 @@ def test_os_exit_in_forward_fails_the_run_in_one_line(db: str, tmp_path: Path) -
     (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:osexit"))
     err = tmp_path / "stderr.txt"
     # os._exit ends a process: a real one, forked in tmp_path (db's cwd)
-    proc = forked_dlperf(["--db", db, "run", "exp.toml"], err)
+    proc = dlperf_process(["--db", db, "run", "exp.toml"], err)
     try:
         proc.join(timeout=DEADLINE_S)
     finally:
@@ -325,7 +325,7 @@ def test_os_exit_in_forward_is_one_line_from_analyze(tmp_path: Path) -> None:
         "def build(): return N()\n",
     )
     err = tmp_path / "stderr.txt"
-    proc = forked_dlperf(["analyze", f"{path}:build", "--input", "1,8,8"], err)  # a real exit
+    proc = dlperf_process(["analyze", f"{path}:build", "--input", "1,8,8"], err)  # a real exit
     try:
         proc.join(timeout=DEADLINE_S)
     finally:

@@ -19,7 +19,6 @@ import pytest
 
 from dlperf.report.site import POOL_FROM
 from dlperf.store import RunStore
-from tests.faults.test_break_it_10_epoch import forked_dlperf
 from tests.faults.test_break_it_22_stops import (
     DEADLINE_S,
     SOURCE,
@@ -27,6 +26,7 @@ from tests.faults.test_break_it_22_stops import (
     _wait_for,
     pause_worker_at_import,
 )
+from tests.forked import dlperf_process
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -131,7 +131,7 @@ def test_c3_a_soft_cpu_time_limit_stops_the_run_in_one_line_and_marks_it_killed(
         env.setenv("DLPERF_DB", f"sqlite:///{tmp_path / 'dlperf.db'}")
         env.setenv("DLPERF_TEST_MARK", str(mark))
         # a real process for the limit, forked: its CPU time counts from the fork
-        run = forked_dlperf(["run", "exp.toml"], tmp_path / "err.txt", session=True)
+        run = dlperf_process(["run", "exp.toml"], tmp_path / "err.txt", session=True)
     assert run.pid is not None
     try:
         _wait_for("the run's training", lambda: mark.exists() or not run.is_alive())

@@ -28,8 +28,8 @@ from torch import nn
 from dlperf import stopping
 from dlperf.models.registry import create_model, noting
 from dlperf.store import RunStore
-from tests.faults.test_break_it_10_epoch import forked_dlperf
 from tests.faults.test_break_it_22_stops import DEADLINE_S
+from tests.forked import dlperf_process
 
 
 def _file(tmp_path: Path, code: str) -> str:
@@ -178,7 +178,7 @@ def test_a_timer_the_models_forward_armed_stops_the_run_in_one_line(tmp_path: Pa
     with pytest.MonkeyPatch.context() as env:  # the child's directory and store
         env.chdir(tmp_path)
         env.setenv("DLPERF_DB", f"sqlite:///{tmp_path / 'dlperf.db'}")
-        proc = forked_dlperf(["run", "e.toml"], err)  # the timer's signal: a real process
+        proc = dlperf_process(["run", "e.toml"], err)  # the timer's signal: a real process
     try:
         proc.join(timeout=DEADLINE_S)
     finally:
