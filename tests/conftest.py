@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import resource
 import signal
 import sqlite3
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 import torch
@@ -273,16 +272,23 @@ def busy_core() -> Iterator[int]:
         launcher.stdout.close()
 
 
-@functools.cache
-def _dlperf_command() -> Any:
-    """The Click command Typer builds of dlperf's app, its paths' ~ expanded, built once a
-    worker (see `cli`)."""
-    import typer.main
+def run_cli(
+    args: Sequence[str], capture: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> CliResult:
+    """`dlperf ARGS` through the real entry point (error table included) in this process: its
+    exit code and what it printed (with capfd, its child processes' output too). sys.argv
+    stays the command's until the test ends, for tests of what a model file did to it."""
+    from dlperf.cli import main
 
-    app = importlib.import_module("dlperf.cli.app")
-    command = typer.main.get_command(app.app)
-    app._expand_home(command)
-    return command
+    monkeypatch.setattr(sys, "argv", ["dlperf", *args])
+    capture.readouterr()
+    try:
+        main()
+        code = 0  # main() ends in SystemExit; in case it returns
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    captured = capture.readouterr()
+    return CliResult(code, captured.out, captured.err)
 
 
 @pytest.fixture
@@ -290,36 +296,8 @@ def cli(
     db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., CliResult]:
     """Run `dlperf ARGS` in this process through the real entry point (error table included),
-    against a fresh store in tmp_path.
-
-    The entry point builds Typer's Click command of the app on every call, once a process
-    for the `dlperf` command: 0.05 CPU-s, most of a cheap test's own, paid thousands of
-    times in the suite. The command the app's registered functions make is the same every
-    time (no test registers one; a monkeypatched module function is looked up when a
-    command runs), and invoking it changes nothing in it: here it is built once a worker."""
-    import typer.main
-
-    from dlperf.cli import main
-
-    app = importlib.import_module("dlperf.cli.app")
-    command, build, expand = _dlperf_command(), typer.main.get_command, app._expand_home
-    monkeypatch.setattr(
-        typer.main, "get_command", lambda group: command if group is app.app else build(group)
-    )
-    monkeypatch.setattr(app, "_expand_home", lambda c: None if c is command else expand(c))
-
-    def invoke(*args: str) -> CliResult:
-        monkeypatch.setattr(sys, "argv", ["dlperf", *args])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    return invoke
+    against a fresh store in tmp_path."""
+    return lambda *args: run_cli(args, capsys, monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import run_cli
+
 pytestmark = pytest.mark.scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,29 +77,6 @@ def plain_dlperf(line: str, cwd: Path) -> list[str] | None:
     if any("[" in word and glob.glob(word, root_dir=cwd) for word in argv):
         return None  # bash would put the files it matches in its place
     return argv[1:]
-
-
-def run_in_process(args: list[str], capture: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`dlperf ARGS` through the real entry point in this process: its exit code, stdout and
-    stderr (its child processes' too, where `capture` is capfd: captured at the descriptors).
-    tests/scenarios/test_quickstart.py runs its commands so too."""
-    from dlperf.cli import main
-
-    # Each command starts on one torch thread, as each test does (tests/conftest.py's
-    # _one_torch_thread), not on what the line before it set (run.threads, --threads).
-    torch.set_num_threads(1)
-    argv = sys.argv
-    sys.argv = ["dlperf", *args]
-    capture.readouterr()
-    try:
-        main()
-        code = 0  # main() ends in SystemExit; as tests/conftest.py's `cli`, in case it returns
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = argv
-    captured = capture.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_the_page_has_a_block_per_problem() -> None:
@@ -155,8 +134,11 @@ def test_a_problem_runs_as_the_page_says(
             continue
         args = plain_dlperf(line, tmp_path)
         if args is not None:
-            code, out, err = run_in_process(args, capfd)
-            said = out + err
+            # Each command starts on one torch thread, as each test does (tests/conftest.py's
+            # _one_torch_thread), not on what the line before it set (run.threads, --threads)
+            torch.set_num_threads(1)
+            ran = run_cli(args, capfd, monkeypatch)  # capfd: the scale study's workers' output too
+            code, said = ran.code, ran.out + ran.err
         else:
             done = subprocess.run(
                 ["bash", "-c", prelude + line],

@@ -34,8 +34,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.scenarios.test_course import run_in_process
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.scenario
 
@@ -97,7 +98,9 @@ def test_quickstart_runs(
             code, out, err = result.returncode, result.stdout, result.stderr
             first = False
         else:
-            code, out, err = run_in_process(args, capsys)
+            torch.set_num_threads(1)  # as each test starts (tests/conftest.py's _one_torch_thread)
+            ran = run_cli(args, capsys, monkeypatch)
+            code, out, err = ran.code, ran.out, ran.err
         assert code == 0, f"{line}\nexit {code}\n{err}"
         if "--json" in args:
             doc = json.loads(out)

@@ -60,13 +60,18 @@ def _expand_home(command: Any) -> None:
 
 
 class _App(typer.Typer):
+    _command: Any = None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if sys.flags.optimize >= 2:
-            _restore_help(self)
-        # Typer.__call__ without its pretty-exception hook, which this app turns off
-        command = typer.main.get_command(self)
-        _expand_home(command)
-        return command(*args, **kwargs)
+        # Typer.__call__ without its pretty-exception hook, which this app turns off; the
+        # Click command built once a process (0.05 CPU-s; a notebook or the test suite calls
+        # the entry point again and again, and an invocation changes nothing in it)
+        if self._command is None:
+            if sys.flags.optimize >= 2:
+                _restore_help(self)
+            self._command = typer.main.get_command(self)
+            _expand_home(self._command)
+        return self._command(*args, **kwargs)
 
 
 app = _App(
