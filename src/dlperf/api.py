@@ -293,7 +293,10 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
-    if not (isinstance(value, _TEXT) or boolean):
+    # Nor a complex number: float() refuses Python's, but takes NumPy's (a scalar or an
+    # array) as its real part, with a ComplexWarning, dropping the imaginary part.
+    complex_dtype = getattr(getattr(value, "dtype", None), "kind", None) == "c"
+    if not (isinstance(value, _TEXT) or boolean or complex_dtype):
         if getattr(value, "requires_grad", False):
             # float() of a tensor that requires grad warns (torch's UserWarning, from this
             # line); told without importing torch, which every logged value passes through
