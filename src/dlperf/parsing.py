@@ -273,7 +273,10 @@ def key_fault(key: Any, within: str) -> str:
 
 def _dims(value: Any) -> tuple[int, ...] | None:
     """The shape of a tensor or an array of one dimension or more (None: not one)."""
-    shape = getattr(value, "shape", None)
+    try:
+        shape = getattr(value, "shape", None)
+    except Exception:  # a nested tensor's raises torch's RuntimeError: it has no one shape
+        return None
     return tuple(shape) if isinstance(shape, tuple) and shape else None  # torch.Size a tuple too
 
 

@@ -3,6 +3,8 @@
 C1. `run.log` kept a NumPy complex number (np.complex64(1+2j), a complex 0-d array) as its real
     part, with NumPy's ComplexWarning, where Python's complex and a complex tensor are refused:
     float() takes NumPy's. A complex value is refused as Python's is.
+C2. `run.log` of a nested tensor ended in torch's "Internal error: NestedTensorImpl doesn't
+    support sizes", raised while the refusal's text read its shape; it is the one line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import dlperf
 from dlperf.errors import UserError
@@ -44,3 +47,18 @@ def test_log_refuses_a_numpy_complex_number_as_a_python_one(db: str, value: Any,
     # before: stored as its real part, [(1, 1.0)], and kept as the run's final train/c
     assert str(e.value) == f"metric train/c is a number, got {said}"
     assert _run(db).summary["final"] == {}
+
+
+# --- C2: a nested tensor ----------------------------------------------------------------------
+
+
+def test_log_refuses_a_nested_tensor_in_one_line(db: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's: nested tensors are a prototype
+        nested = torch.nested.nested_tensor([torch.tensor([1.0]), torch.tensor([1.0, 2.0])])
+    # before: RuntimeError: Internal error: NestedTensorImpl doesn't support sizes
+    with dlperf.track("n", store=db) as run, pytest.raises(UserError) as e:
+        run.log(1, n=nested)
+    assert str(e.value) == (
+        "metric train/n is a number, got Tensor nested_tensor([ tensor([1.]), tensor([1., 2.]) ])"
+    )
