@@ -37,6 +37,7 @@ from dlperf.parsing import (
     MAX_DEPTH,
     TOO_DEEP,
     as_given,
+    error_text,
     flat_clash,
     has_control,
     key_fault,
@@ -559,7 +560,7 @@ def _share_attributes(model: torch.nn.Module, memo: dict[int, Any]) -> None:
             except Exception as e:
                 if _reaches_tensors(value):
                     where = f"{path}.{name}" if path else name
-                    said = " ".join(f"{type(e).__name__}: {e}".split())
+                    said = " ".join(f"{type(e).__name__}: {error_text(e)}".split())
                     raise UserError(
                         f"dlperf.analyze counts a copy of the model, and its attribute {where} "
                         f"({type(value).__name__}) cannot be copied ({said}) nor shared: it holds "
@@ -588,7 +589,7 @@ def _uncopyable(model: torch.nn.Module, memo: dict[int, Any], error: Exception) 
         except Exception as e:
             failed, error = f"{path or 'the model'} ({type(module).__name__})", e
             break
-    said = " ".join(f"{type(error).__name__}: {error}".split())
+    said = " ".join(f"{type(error).__name__}: {error_text(error)}".split())
     return UserError(
         f"dlperf.analyze counts a copy of the model, and {failed or 'the model'} cannot be "
         f"copied: {said}",

@@ -5,11 +5,17 @@ C1. `run.log` kept a NumPy complex number (np.complex64(1+2j), a complex 0-d arr
     float() takes NumPy's. A complex value is refused as Python's is.
 C2. `run.log` of a nested tensor ended in torch's "Internal error: NestedTensorImpl doesn't
     support sizes", raised while the refusal's text read its shape; it is the one line.
+C3. An exception whose own __str__ raises, ending a `dlperf.track` block or a `dlperf run`,
+    left the run `running` (read as lost), replaced the user's exception with the __str__'s, and
+    in the dry check printed both tracebacks: its text is now `<str() failed>` where it is
+    formatted, the run is marked failed and the user's exception is raised as it was.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +24,12 @@ import torch
 
 import dlperf
 from dlperf.errors import UserError
+from dlperf.parsing import error_text
 from dlperf.store.record import RunRecord
+from tests.conftest import CliResult
+from tests.faults.test_break_it_10_models import _exp as exp
+
+Cli = Callable[..., CliResult]
 
 
 def _run(db: str) -> RunRecord:
@@ -62,3 +73,73 @@ def test_log_refuses_a_nested_tensor_in_one_line(db: str) -> None:
     assert str(e.value) == (
         "metric train/n is a number, got Tensor nested_tensor([ tensor([1.]), tensor([1., 2.]) ])"
     )
+
+
+# --- C3: an exception whose __str__ raises ----------------------------------------------------
+
+
+class StrBroke(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str broke")
+
+
+def test_error_text_of_an_exception_whose_str_raises() -> None:
+    assert error_text(StrBroke()) == "<str() failed>"
+    assert error_text(ValueError("bad")) == "bad"
+
+
+def test_track_marks_failed_and_raises_the_users_exception_whose_str_raises(db: str) -> None:
+    raised = StrBroke()
+    with pytest.raises(StrBroke) as e, dlperf.track("s", store=db) as run:
+        run.log(1, loss=1.0)
+        raise raised
+    # before: RuntimeError: str broke, and the run left running
+    assert e.value is raised
+    assert (_run(db).status, _run(db).error) == ("failed", "StrBroke: <str() failed>")
+
+
+MODELS = """
+from torch import nn
+
+
+class StrBroke(Exception):
+    def __str__(self):
+        raise RuntimeError("str broke")
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes, training_only):
+        super().__init__()
+        self.fc = nn.Linear(64, num_classes)
+        self.training_only = training_only
+
+    def forward(self, x):
+        if not self.training_only or (self.training and x.shape[0] == 16):
+            raise StrBroke()
+        return self.fc(x.flatten(1))
+
+
+def mid_training(num_classes=10, in_channels=1):
+    return Net(num_classes, True)
+
+
+def first_forward(num_classes=10, in_channels=1):
+    return Net(num_classes, False)
+"""
+
+
+@pytest.mark.parametrize(("factory", "runs"), [("mid_training", ["failed"]), ("first_forward", [])])
+def test_run_tells_a_models_exception_whose_str_raises_and_marks_the_run_failed(
+    cli: Cli, db: str, tmp_path: Path, factory: str, runs: list[str]
+) -> None:
+    models = tmp_path / "models.py"
+    models.write_text(MODELS)
+    result = cli("run", str(exp(tmp_path, f"{models}:{factory}")))
+    # before: "the model raised RuntimeError: str broke" and the run lost (mid-training), or
+    # both exceptions' tracebacks, 86 lines (its first forward, in the dry check)
+    assert result.code == 1
+    assert result.err.startswith("error: the model raised StrBroke: <str() failed>\n"), result.err
+    assert "str broke" not in result.err and "During handling" not in result.err
+    assert [(r.status, r.error) for r in dlperf.Store(db).runs()] == [
+        (status, "StrBroke: <str() failed>") for status in runs
+    ]

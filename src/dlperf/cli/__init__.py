@@ -34,7 +34,7 @@ from dlperf.errors import (
     innermost,
     interrupted,
 )
-from dlperf.parsing import one_line
+from dlperf.parsing import error_text, one_line
 from dlperf.paths import told, unnamed_cwd, writing
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ def _said_as_models(e: BaseException, own: bool = False) -> bool:
     frames = _model_frames(e)
     if not frames or (own and Path(frames[-1].filename).is_relative_to(_PACKAGE)):
         return False
-    said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    text = error_text(e)  # a model's exception whose own __str__ raises is told too
+    said = f"{type(e).__name__}: {text}" if text else type(e).__name__
     say(f"error: the model raised {one_line(said)}")
     for frame in traceback.format_list(frames):
         say(frame.rstrip("\n"))
@@ -101,7 +102,7 @@ def _torchscript_error(e: BaseException) -> str | None:
     """The error a TorchScript model raised, where `e` is one: the last line of torch's
     message ("RuntimeError: mat1 and mat2 ...", "builtins.ValueError: ..." for a `raise` in
     its code, shown without "builtins."), after its TorchScript traceback; None otherwise."""
-    lines = str(e).strip().splitlines()
+    lines = error_text(e).strip().splitlines()
     if not lines or not lines[0].startswith(_TORCHSCRIPT):
         return None
     return lines[-1].removeprefix("builtins.")
@@ -251,7 +252,7 @@ def outcome() -> int:
             say(one_line(line))
             return 1
         if not state.debug and out_of_memory(e):  # where no check of dlperf's expected it
-            said = str(e) or type(e).__name__  # a MemoryError says nothing of itself
+            said = error_text(e) or type(e).__name__  # a MemoryError says nothing of itself
             say(one_line(f"error: out of memory: {said}{memory_hint()}"))
             return 1
         traceback.print_exc()  # as Python would print it, and its exit code

@@ -77,7 +77,7 @@ from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.parsing import finite_json, printable_key, printable_keys, subscripted
+from dlperf.parsing import error_text, finite_json, printable_key, printable_keys, subscripted
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
@@ -2277,8 +2277,9 @@ class RunStore:
             # Out of memory as it is marked (a tight `ulimit -v` that what ended the run hit
             # first): the run is left `running`, read as lost, and the command ends with what
             # ended the run, not with the mark's SystemError.
+            # error_text: an exception whose own __str__ raises is still marked and raised
             with contextlib.suppress(MemoryError, SystemError):
-                self._mark(run_id, "failed", error=f"{type(e).__name__}: {e}")
+                self._mark(run_id, "failed", error=f"{type(e).__name__}: {error_text(e)}")
             raise
         refused = self._mark(run_id, record.status, record.summary, record.error)
         if refused is not None:
