@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf import stopping
-from dlperf.errors import StoreGone, UserError, model_exited
+from dlperf.errors import StoreGone, UserError, interrupted, model_exited
 from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
@@ -1066,10 +1066,10 @@ def track(
     """Record a training loop you wrote yourself as a dlperf run, in `store` (a `Store`, a
     path or a SQLAlchemy URL; the default store when None).
 
-    The run is `finished` when the block ends, `failed` on an exception and `killed` on
-    Ctrl-C; it then shows up in `dlperf runs list/show/compare` like any other run. Threads
-    may log to it; a child forked inside the block may not, and its leaving the block leaves
-    the run to the parent.
+    The run is `finished` when the block ends (a `sys.exit(0)` in it too), `failed` on an
+    exception and `killed` on Ctrl-C; it then shows up in `dlperf runs list/show/compare`
+    like any other run. Threads may log to it; a child forked inside the block may not, and
+    its leaving the block leaves the run to the parent.
     """
     with stopping.deferred():
         import torch
@@ -1105,9 +1105,13 @@ def track(
                 if not tracked._forked():
                     tracked._end()
             record.summary = tracked.summary()
-        except BaseException:
+        except BaseException as e:
             if tracked._forked():
                 _left_in_child(recording, tracked)
+                raise
+            if _succeeded(e):  # the script's own successful end: the run's, as leaving the block
+                record.summary = tracked.summary()
+                recording.__exit__(None, None, None)
                 raise
             if not recording.__exit__(*sys.exc_info()):
                 raise
@@ -1116,6 +1120,16 @@ def track(
                 _left_in_child(recording, tracked)
             else:
                 recording.__exit__(None, None, None)
+
+
+def _succeeded(e: BaseException) -> bool:
+    """Whether `e` is a successful exit, sys.exit(0) or sys.exit() (a script that is done),
+    which the recording marked failed ("SystemExit: 0") as any other exception. It stays
+    `RunStore.recording`'s failure elsewhere: in a command, a model's sys.exit(0) is its error.
+    Not when it follows Ctrl-C (a handler that exits quietly): that run was killed."""
+    if not isinstance(e, SystemExit) or interrupted(e):
+        return False
+    return e.code is None or (isinstance(e.code, int) and e.code == 0)
 
 
 def _left_in_child(recording: Any, tracked: TrackedRun) -> None:

@@ -9,10 +9,14 @@ C3. An exception whose own __str__ raises, ending a `dlperf.track` block or a `d
     left the run `running` (read as lost), replaced the user's exception with the __str__'s, and
     in the dry check printed both tracebacks: its text is now `<str() failed>` where it is
     formatted, the run is marked failed and the user's exception is raised as it was.
+C4. `sys.exit(0)` (or None) inside a `dlperf.track` block, a script's successful end, marked the
+    run failed ("SystemExit: 0"); it ends the run as leaving the block does, finished with its
+    summary. Any other exit code is still failed.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -143,3 +147,35 @@ def test_run_tells_a_models_exception_whose_str_raises_and_marks_the_run_failed(
     assert [(r.status, r.error) for r in dlperf.Store(db).runs()] == [
         (status, "StrBroke: <str() failed>") for status in runs
     ]
+
+
+# --- C4: sys.exit inside a track block --------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [0, None])
+def test_a_successful_sys_exit_in_track_ends_the_run_finished(db: str, code: int | None) -> None:
+    with pytest.raises(SystemExit) as e, dlperf.track("done-early", store=db) as run:
+        run.log(1, loss=0.5)
+        sys.exit(code)
+    assert e.value.code == code
+    # before: failed, "SystemExit: 0"
+    assert (_run(db).status, _run(db).error) == ("finished", None)
+    assert _run(db).summary["final"] == {"train/loss": 0.5}
+
+
+@pytest.mark.parametrize("code", [3, "bad input"])
+def test_a_failing_sys_exit_in_track_marks_the_run_failed(db: str, code: int | str) -> None:
+    with pytest.raises(SystemExit), dlperf.track("x", store=db) as run:
+        run.log(1, loss=0.5)
+        sys.exit(code)
+    assert (_run(db).status, _run(db).error) == ("failed", f"SystemExit: {code}")
+
+
+def test_a_sys_exit_after_ctrl_c_in_track_leaves_the_run_killed(db: str) -> None:
+    with pytest.raises(KeyboardInterrupt), dlperf.track("x", store=db) as run:
+        run.log(1, loss=0.5)
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            sys.exit(0)  # a handler that ends the script quietly: the run was still stopped
+    assert _run(db).status == "killed"
