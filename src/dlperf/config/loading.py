@@ -5,6 +5,7 @@ flags are typed values assigned to the keys of their names (`shortcuts`)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -86,7 +87,8 @@ def check_keys(
                 raise UserError(
                     f"{where}: {path!r} is {MOVED[key]!r} now", f"give it as {MOVED[key]}"
                 )
-            # repr: a key read from a file may hold a newline, and the error stays one line
+            if "." in key and _names_key(key.split("."), fields):
+                raise _one_quoted_key(key, prefix, where)
             hint = did_you_mean(
                 key,
                 fields,
@@ -95,7 +97,10 @@ def check_keys(
                 quote=True,
                 prefix=prefix,
             )
-            raise UserError(f"{where}: unknown key {path!r}", hint)
+            # repr: a key read from a file may hold a newline, and the error stays one line;
+            # a key with a dot in its quotes, one key, not a section's (train."train.lr")
+            shown = prefix + json.dumps(key) if "." in key else path
+            raise UserError(f"{where}: unknown key {shown!r}", hint)
         annotation = fields[key].annotation
         if (
             isinstance(value, dict)
@@ -103,6 +108,37 @@ def check_keys(
             and issubclass(annotation, BaseModel)
         ):
             check_keys(value, annotation.model_fields, where, f"{path}.")
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")  # a key TOML takes without quotes
+
+
+def _names_key(parts: list[str], fields: dict[str, FieldInfo]) -> bool:
+    """Whether `parts`, each a bare key, name a key below `fields`: its sections down to a
+    key, or down to a table of free keys (model.kwargs), which takes any key below it."""
+    if not all(_BARE_KEY.fullmatch(part) for part in parts):
+        return False
+    for i, part in enumerate(parts):
+        if part not in fields:
+            return False
+        annotation = fields[part].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            fields = annotation.model_fields
+        elif i < len(parts) - 1:
+            return get_origin(annotation) is dict
+    return True
+
+
+def _one_quoted_key(key: str, prefix: str, where: str) -> UserError:
+    """A key with dots in TOML's quotes ("train.lr" = 0.1, as a sweep file and --set spell
+    keys) is one key of that name, not the key its dotted parts name: say so, and how to
+    write the key it was meant to be."""
+    *tables, last = key.split(".")
+    return UserError(
+        f"{where}: unknown key {prefix + json.dumps(key)!r}: in quotes, TOML reads it as one "
+        "key, dots and all",
+        f"write it bare, {key} = ..., or {last} = ... under [{prefix}{'.'.join(tables)}]",
+    )
 
 
 TOO_LONG = (

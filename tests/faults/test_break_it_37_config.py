@@ -1,0 +1,50 @@
+"""Break-it round 37, configs and sweep files (docs/faults.md, the thirty-seventh round).
+
+C1: a quoted dotted key in an experiment file (`"train.lr" = 0.1`, as a sweep file and --set
+spell keys) was "unknown key 'train.lr' (did you mean 'train'?)", whose fix (`train = ...`)
+is wrong; TOML reads a quoted key as one key, dots and all. Now, when its parts name a key, the
+line says so and gives the bare and the table spelling; a quoted key that names none is shown
+in its quotes ('train."train.lr"', not a doubled section).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '"train.lr" = 0.1\n',
+            "unknown key '\"train.lr\"': in quotes, TOML reads it as one key, dots and all "
+            "(write it bare, train.lr = ..., or lr = ... under [train])",
+        ),
+        (
+            '[model]\n"kwargs.depth" = 2\n',
+            "unknown key 'model.\"kwargs.depth\"': in quotes, TOML reads it as one key, dots "
+            "and all (write it bare, kwargs.depth = ..., or depth = ... under [model.kwargs])",
+        ),
+        (  # its parts name no key below [train]: shown in its quotes, not as train.train.lr
+            '[train]\n"train.lr" = 0.1\n',
+            "unknown key 'train.\"train.lr\"' (valid keys: epochs, batch_size, optimizer, lr, "
+            "momentum, nesterov, weight_decay, grad_clip, label_smoothing, backbone_lr_scale, "
+            "schedule)",
+        ),
+    ],
+)
+def test_c1_a_quoted_dotted_key_is_said_to_be_one_key(
+    cli: Cli, tmp_path: Path, text: str, said: str
+) -> None:
+    path = tmp_path / "c8.toml"
+    path.write_text(text)
+    result = cli("config", "show", str(path))
+    assert result.code == 2
+    assert result.err == f"error: {path}: {said}\n"
