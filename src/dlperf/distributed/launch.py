@@ -277,7 +277,8 @@ def _raised(written: str) -> str | None:
 def error_lines(directory: Path, log: Path, returncode: int) -> str:
     """What went wrong, first line a summary: the first failed rank (and the exception it
     raised), then its own traceback tail when it wrote one, else torchrun's account (a killed
-    worker writes nothing); or, when torchrun itself failed, how and the end of its log."""
+    worker writes nothing); or, when torchrun itself failed, how and the end of its log, less
+    any traceback's frames; or, when its agent caught a signal, that alone."""
     text = log.read_text(errors="replace")
     failures = _failures(text)
     if failures:
@@ -297,16 +298,45 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
         reason = _ABORTED.search(text) if _exit_code(cause) == -signal.SIGABRT else None
         # torchrun records an abort as its signal alone; why it aborted is in the log
         return f"{said}: {reason.group(1).strip()}" if reason else said
-    lines = [line for line in text.splitlines() if line.strip()]
     # Its own exception on the first line too (under `ulimit -n 24` it could not start a
     # worker: "[Errno 24] Too many open files" was ten lines below "exit code 1").
     own = _raised(text)
+    signalled = _SIGNALLED.match(own or "")
+    if signalled:
+        # torch's agent caught the signal, stopped its workers and raised: its log after
+        # says no more than the signal does
+        return f"torchrun failed (stopped by {_signal_name(int(signalled.group(1)))})"
     said = (
         f"torchrun failed: {own}{_limit_hint(text)}"
         if own
         else f"torchrun failed ({how(returncode)})"
     )
+    lines = [line for line in _without_frames(text.splitlines()) if line.strip()]
     return "\n".join([said, *lines[-TAIL_LINES:]])
+
+
+# torch's SignalException, which torchrun's agent raises on SIGTERM, SIGINT, SIGHUP or SIGQUIT
+_SIGNALLED = re.compile(r"SignalException: Process \d+ got signal: (\d+)$")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a signal without a name
+        return f"signal {number}"
+
+
+def _without_frames(lines: list[str]) -> list[str]:
+    """`lines` without a traceback's heading and frames (a frame's `File` line, then its
+    indented source and caret lines): the exception line that ends it says what matters, and
+    a tail cut from them began mid-frame."""
+    kept: list[str] = []
+    in_frame = False
+    for line in lines:
+        in_frame = line.startswith('  File "') or (in_frame and line.startswith("    "))
+        if not in_frame and line != "Traceback (most recent call last):":
+            kept.append(line)
+    return kept
 
 
 def _limit_hint(log_text: str) -> str:
