@@ -5,6 +5,10 @@ spell keys) was "unknown key 'train.lr' (did you mean 'train'?)", whose fix (`tr
 is wrong; TOML reads a quoted key as one key, dots and all. Now, when its parts name a key, the
 line says so and gives the bare and the table spelling; a quoted key that names none is shown
 in its quotes ('train."train.lr"', not a doubled section).
+
+C2: a sweep file's [set] of a key its [grid] or [zip] varies was dropped without a word (the
+axis won), while --set of that key is refused. It is refused now, as --set is.
+
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pytest
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
+BASE = '[model]\nname = "smallcnn"\n[train]\nepochs = 1\n'
 
 
 @pytest.mark.parametrize(
@@ -48,3 +53,28 @@ def test_c1_a_quoted_dotted_key_is_said_to_be_one_key(
     result = cli("config", "show", str(path))
     assert result.code == 2
     assert result.err == f"error: {path}: {said}\n"
+
+
+def sweep_file(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "base.toml").write_text(BASE)
+    path = tmp_path / "s1.toml"
+    path.write_text('base = "base.toml"\n' + body)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "table"),
+    [
+        ('[set]\n"train.lr" = 0.01\n[grid]\n"train.lr" = [0.1, 0.2]\n', "grid"),
+        ('[set.train]\nlr = 0.01\n[zip]\n"train.lr" = [0.1, 0.2]\n', "zip"),
+    ],
+)
+def test_c2_set_of_a_key_the_sweep_varies_is_refused(
+    cli: Cli, tmp_path: Path, body: str, table: str
+) -> None:
+    path = sweep_file(tmp_path, body)
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {path}: [set] 'train.lr' is varied by [{table}] (drop it from [set])\n"
+    )

@@ -144,6 +144,14 @@ def _parse(path: Path) -> SweepFile:
     both = spec.grid.keys() & spec.zip.keys()
     if both:
         raise UserError(f"{path}: {sorted(both)[0]!r} is in both [grid] and [zip]")
+    # An axis's value is assigned over [set]'s: a [set] of a key the sweep varies would be
+    # used nowhere (refused as --set of it is).
+    for key in flatten(spec.set):
+        for table, axes in (("grid", spec.grid), ("zip", spec.zip)):
+            if key in axes:
+                raise UserError(
+                    f"{path}: [set] {key!r} is varied by [{table}]", "drop it from [set]"
+                )
     if spec.repeats > 1 and "run.seed" in {*spec.grid, *spec.zip, *flatten(spec.set)}:
         raise UserError(f"{path}: run.seed is set by repeats", "drop it, or set repeats = 1")
     _check_count(path, spec)
