@@ -1169,15 +1169,23 @@ def _unreadable(path: str | Path, what: str, e: PermissionError) -> UserError:
     )
 
 
-# idx files' element types, by the magic number's third byte (torchvision reads uint8 only)
-_IDX_TYPES = {0x08: "uint8", 0x09: "int8", 0x0B: "int16", 0x0C: "int32", 0x0D: "float32"}
-_IDX_TYPES[0x0E] = "float64"
+# idx files' element types, by the magic number's third byte (torchvision reads uint8 only);
+# the format stores values of more than one byte big-endian
+_IDX_TYPES: dict[int, np.dtype[Any]] = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_IDX_UINT8 = "type byte 0x08"  # the uint8 type, as a fix names it
 
 
-def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
-    """The uint8 array of `dims` dimensions in the idx file `path` (raw, or gzip-compressed
-    whatever its name); a line naming the file for anything else (torchvision's reader checks
-    the magic with `assert`)."""
+def _idx_bytes(cfg: DataConfig, what: str, path: Path) -> tuple[Path | str, bytes]:
+    """The bytes of the idx file `path` (raw, or gzip-compressed whatever its name) and its
+    name as a line says it, for `_idx_array` to read; a line naming the file where it cannot
+    be read (torchvision's reader checks the magic with `assert`)."""
     _irregular(cfg, what, path)
     try:
         data = path.read_bytes()
@@ -1194,8 +1202,34 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
         except (OSError, EOFError, zlib.error) as e:
             said = f"is gzip-compressed and does not unpack ({e})"
             raise _broken(cfg, what, path, said) from None
-        return _idx_array(cfg, what, f"{path}, unpacked,", data, dims)
-    return _idx_array(cfg, what, path, data, dims)
+        return f"{path}, unpacked,", data
+    return path, data
+
+
+def _idx_swapped(
+    cfg: DataConfig, what: str, paths: tuple[Path, Path], data: tuple[bytes, bytes]
+) -> None:
+    """Refuse the idx files of images and labels `paths` (holding `data`) where each holds
+    the other's, 1-D in place of 3-D and 3-D in place of 1-D: their names are swapped, which
+    each file's own line ("write it as 3-D idx data") did not say."""
+    held = [_idx_shape(one) or () for one in data]  # (): no idx header
+    if [len(shape) for shape in held] != [1, 3]:
+        return  # each file's own line says what is wrong with it
+    images, labels = paths
+    said = [f"{len(shape)}-D data ({' x '.join(map(str, shape))})" for shape in held]
+    problem = f"holds {said[0]} and {labels} {said[1]}: the two files' names are swapped"
+    i, lab, tmp = (_typed_path(p) for p in (images, labels, f"{images}.swap"))
+    fix = f"swap them back: mv {i} {tmp} && mv {lab} {i} && mv {tmp} {lab}"
+    raise _broken(cfg, what, images, problem, fix)
+
+
+def _idx_shape(data: bytes) -> tuple[int, ...] | None:
+    """The dimensions in the header of `data`, an idx file; None where it has none."""
+    magic = int.from_bytes(data[:4], "big")
+    ndim = magic & 0xFF
+    if len(data) < 4 + 4 * ndim or not _is_idx_magic(magic):
+        return None
+    return tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
 
 
 def _is_idx_magic(magic: int) -> bool:
@@ -1223,12 +1257,18 @@ def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: 
             )
             raise _broken(cfg, what, path, f"{said}: idx files hold their header big-endian", fix)
         raise _broken(cfg, what, path, f"is not an idx file (magic 0x{magic:08x})")
-    if magic >> 8 != 0x08:
-        raise _broken(cfg, what, path, f"holds {_IDX_TYPES[magic >> 8]} values, not uint8")
     head = 4 + 4 * ndim
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    kind = _IDX_TYPES[magic >> 8]
+    if kind != np.uint8:
+        # whole (its size is its header's), the file was written so, and no copy mends it
+        if len(data) >= head and len(data) - head == math.prod(shape) * kind.itemsize:
+            values = np.frombuffer(data, kind, offset=head)
+            said, fix = _idx_uint8_fix(values, array, dims)
+            raise _broken(cfg, what, path, f"holds {kind.name} values{said}, not uint8", fix)
+        raise _broken(cfg, what, path, f"holds {kind.name} values, not uint8")
     if len(data) < head:
         raise _broken(cfg, what, path, f"is cut short in its header ({len(data)} bytes)")
-    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     if ndim != dims:
         wanted = "images N x H x W" if dims == 3 else "labels N"
         said = f"holds {ndim}-D data ({' x '.join(map(str, shape))}), not {dims}-D ({wanted})"
@@ -1255,6 +1295,30 @@ def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: 
         said = f"holds images of {shape[1]} x {shape[2]}: their height and width must be at least 1"
         raise _broken(cfg, what, path, said, "write its images at least 1 x 1 pixels")
     return np.frombuffer(bytearray(data), np.uint8, offset=head).reshape(shape)
+
+
+def _idx_uint8_fix(values: np.ndarray, array: str, dims: int) -> tuple[str, str]:
+    """What `values`, a whole idx file's `array` (images, labels) of another value type than
+    uint8, hold (" 0..1"), and how to write them as the uint8 idx file of `dims` dimensions
+    dlperf reads, as the .npz refusal says how to save such an array."""
+    written = f"uint8 idx data, {_IDX_UINT8}"
+    if not np.isfinite(values).all():
+        return " with NaN or inf", f"write finite {array} as {written}"
+    low, high = (values.min().item(), values.max().item()) if values.size else (0, 0)
+    said = f" {low:g}..{high:g}" if values.size else ""
+    if array == "images" and values.dtype.kind == "f" and low >= 0 and high <= 1:
+        expr = "(images * 255).round()"  # 0..1 is a float image's own scale
+    elif array == "images" and low >= 0 and high <= 255:
+        expr = "images.round()" if values.dtype.kind == "f" else "images"
+    elif array == "images":  # normalised, or 16-bit: no one expression restores it
+        fix = "scale the pixels to 0..255, undoing any normalisation, then write them as"
+        return said, f"{fix} {written}"
+    elif low >= 0 and high <= 255 and (values == np.round(values)).all():
+        expr = "labels"
+    else:
+        return said, f"write the labels as class indices 0..255 in {written}"
+    header = f"numpy.array([0x08{dims:02x}, *{array}.shape], '>i4').tobytes()"
+    return said, f"write it as {written}: {header} + {expr}.astype(numpy.uint8).tobytes()"
 
 
 def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
@@ -1299,8 +1363,13 @@ def _idx_set(
     classes = list(cls.classes)
     parts = []
     for images_name, labels_name in files:
-        images = _idx(cfg, what, raw / images_name, 3)
-        labels = _idx(cfg, what, raw / labels_name, 1)
+        pair = raw / images_name, raw / labels_name
+        (images_at, images_data), (labels_at, labels_data) = (
+            _idx_bytes(cfg, what, p) for p in pair
+        )
+        _idx_swapped(cfg, what, pair, (images_data, labels_data))  # before each file's own line
+        images = _idx_array(cfg, what, images_at, images_data, 3)
+        labels = _idx_array(cfg, what, labels_at, labels_data, 1)
         source = f"data.root '{cfg.root}' has no readable {what}: {raw / labels_name}"
         named = f"{cls.__name__} has {len(classes)} classes"
         check_labels(source, labels, len(images), len(classes), _REPLACE, named, _REPLACE)
