@@ -59,6 +59,9 @@ SUMMARY_KEYS = (
 SHOWN_APART = ("device", "phases")
 # The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
 RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
+# The prefix of a --where key read from the run's config alone: a tracked run's config may
+# hold `name`, `status` or a table `tag` at its top, which the plain key reads elsewhere.
+CONFIG = "config."
 # The statuses a run reads as: those it is stored as, and `lost`.
 STATUSES = (*STORED, LOST)
 # The kinds of run dlperf writes. A store may hold others (made by hand, by another version),
@@ -537,6 +540,24 @@ class Condition:
             return True
         return _same(value, self.value)
 
+    def refuse_config_shadowed(self, runs: list[RunRecord]) -> None:
+        """Refuse a run field (`name`, `status`) or tag that selects none of `runs` where one's
+        config holds that key with this value: a tracked run's flat config (`name`, `id`,
+        `kind`, a table `tag`) is what was meant, and the field selected nothing, without a
+        word (or `status=ok` was an unknown status). The line names `config.KEY`."""
+        tag = self.key.startswith("tag.")
+        if not (tag or self.key in RUN_FIELDS) or any(self.holds(run) for run in runs):
+            return
+        own = f"tag {self.key[4:]}" if tag else f"own {self.key}"
+        config = replace(self, key=CONFIG + self.key)
+        held = [run.id for run in runs if config.holds(run)]
+        if held:
+            raise UserError(
+                f"--where {self.key}={self.text}: selects no listed run by its {own}, but "
+                f"run {min(held)}'s config holds {self.key}={self.text}",
+                f"to select by the config's key: --where {config.key}={self.text}",
+            )
+
     def refuse_number_as_text(self, runs: list[RunRecord]) -> None:
         """Refuse `.05` or `5.` (text to --set, which TOML refuses for a number) where the key
         holds numbers and no run holds that text: it selected nothing where 0.05 selected the
@@ -584,6 +605,10 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     """(known for this run, value) of a --where key, held in any Unicode normalisation: café
     typed (NFC) names cafe\u0301 copied from a macOS file name (NFD). (Where runs held both
     forms, --where took the form one held exactly, the others left out without a word.)"""
+    if key.startswith(CONFIG):
+        flat = flatten(run.config)
+        held = stored_as(key.removeprefix(CONFIG), flat)
+        return held is not None, None if held is None else flat[held]
     if key.startswith("tag."):
         name = key.removeprefix("tag.")
         name = stored_as(name, run.tags) or name
@@ -639,15 +664,21 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     a status no run can have, and a kind (`_check_kind`)."""
     from dlperf.config import describe
 
-    known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
+    configs = {k for k, _ in describe()}
     tags: set[str] = set()
     for run in runs:
-        known |= set(_summary_keys(run)) | set(flatten(run.config))
+        configs |= set(flatten(run.config))
         tags |= {f"tag.{t}" for t in run.tags}
+    known = configs | set(RUN_FIELDS) | set(SUMMARY_KEYS)
+    for run in runs:
+        known |= set(_summary_keys(run))
     # A hint never offers a key --where cannot name (stored before such keys were refused):
     # offered `final.train/a=b` for `final.train/a=b=1`, which had failed on that very key.
     offered = {k for k in known if nameable(k)}
     for key in (c.key for c in conditions):
+        if key.startswith(CONFIG):
+            _check_config_key(key, configs)
+            continue
         held = tags if key.startswith("tag.") else known
         if stored_as(key, held) is not None:  # café held as cafe\u0301 too
             continue
@@ -671,6 +702,18 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     for c in conditions:  # a kind a run holds, as written, too: `kind=123` is text there
         if c.key == "kind" and c.text not in {run.kind for run in runs}:
             _check_kind(c.value, runs, "--where: ")
+
+
+def _check_config_key(key: str, configs: set[str]) -> None:
+    """`config.KEY` where KEY is no listed run's config key and no experiment's is bad input,
+    with the closest config key as a hint."""
+    if stored_as(key.removeprefix(CONFIG), configs) is not None:
+        return
+    offered = {CONFIG + k for k in configs if nameable(k)}
+    hint = did_you_mean(
+        key, _near(key, offered), "config.KEY reads a config key: config.train.lr", quote=True
+    )
+    raise UserError(f"--where: unknown key {key!r}", hint)
 
 
 def _check_kind(kind: object, runs: list[RunRecord], said: str = "") -> None:
@@ -700,6 +743,8 @@ def _near(key: str, known: set[str]) -> list[str]:
 def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     """The runs (as they stand) every KEY=VALUE of `where` holds for."""
     conditions = [Condition.parse(w).as_typed(runs) for w in where]
+    for condition in conditions:  # before a status or kind the config holds is unknown
+        condition.refuse_config_shadowed(runs)
     _check_keys(runs, conditions)
     for condition in conditions:
         condition.refuse_number_as_text(runs)
@@ -794,8 +839,6 @@ class Comparison:
     def rows(self) -> list[Row]:
         """The comparison as `runs compare` tables it: results that no run has left out,
         peak memory in MiB."""
-        # Δ of a config key from its values, which its cells may show as text (`_apart`)
-        config = [Row(cut_text(k), _apart(v), delta(v)) for k, v in self.config_diff.items()]
         rows = []
         for key, values in self.summary.items():
             if any(v is not None for v in values):
@@ -805,6 +848,14 @@ class Comparison:
                 rows.append([key, *values])
         rows += [[f"tag {t}", *_apart(values)] for t, values in self.tags.items()]
         rows.append(["status", *self.status])
+        # A config key labelled as another row is (a tracked run's `status`) reads as
+        # --where names it, config.status. Δ from its values, which its cells may show as
+        # text (`_apart`).
+        labels = {label for label, *_ in rows}
+        config = [
+            Row(cut_text(CONFIG + k if k in labels else k), _apart(v), delta(v))
+            for k, v in self.config_diff.items()
+        ]
         return config + [Row(label, values, delta(values)) for label, *values in rows]
 
     def to_dict(self) -> dict[str, Any]:
