@@ -9,6 +9,8 @@ in its quotes ('train."train.lr"', not a doubled section).
 C2: a sweep file's [set] of a key its [grid] or [zip] varies was dropped without a word (the
 axis won), while --set of that key is refused. It is refused now, as --set is.
 
+C3: -0.0 and 0.0 hashed as two configs (json.dumps writes "-0.0"): a sweep trained one config
+twice, and a finished 0.0 point was not found for -0.0. The hash reads -0.0 as 0.0 now.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.config import Experiment
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -78,3 +81,18 @@ def test_c2_set_of_a_key_the_sweep_varies_is_refused(
     assert result.err == (
         f"error: {path}: [set] 'train.lr' is varied by [{table}] (drop it from [set])\n"
     )
+
+
+def test_c3_minus_zero_is_the_same_config_as_zero(cli: Cli, tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, '[grid]\n"train.weight_decay" = [0.0, -0.0]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {path} point 2 (train.weight_decay=-0.0): the same config as point 1 (an "
+        "axis repeats a value, or sets what [set] or the base already does)\n"
+    )
+    # at any depth: a model's kwargs and a list's items too
+    zero = {"model": {"kwargs": {"p": 0.0, "q": [1.0, 0.0]}}, "train": {"lr": 0.1}}
+    minus = {"model": {"kwargs": {"p": -0.0, "q": [1.0, -0.0]}}, "train": {"lr": 0.1}}
+    digest = Experiment.model_validate(zero).config_hash()
+    assert Experiment.model_validate(minus).config_hash() == digest

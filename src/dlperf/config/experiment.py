@@ -605,8 +605,11 @@ class Experiment(Section):
         before the command sections left `Experiment` hashed them out too, so their hashes are
         unchanged; but a model file's runs stored before round 30, whose hash held no
         file_sha256, hash otherwise now: a sweep re-hashes them, a distill study trains their
-        stages once again.)"""
-        d = self.to_dict()
+        stages once again.) -0.0 hashes as 0.0, one number to train with, so that a sweep
+        takes `[0.0, -0.0]` for one point and finds a finished 0.0 point for -0.0: the hash
+        stored with a run whose config holds a -0.0 (before round 37) is not its hash now, and
+        a distill study trains such a stage once again; any other config hashes as before."""
+        d = _unsigned_zeros(self.to_dict())
         for key in UNHASHED_RUN_KEYS:
             d["run"].pop(key)
         # What the weights file and the model file hold, not only their names: other bytes
@@ -620,6 +623,15 @@ class Experiment(Section):
         if source is not None:
             d["model"]["file_sha256"] = source
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _unsigned_zeros(value: Any) -> Any:
+    """`value` (a config's JSON) with every -0.0 in it 0.0: json.dumps writes "-0.0"."""
+    if isinstance(value, dict):
+        return {key: _unsigned_zeros(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unsigned_zeros(item) for item in value]
+    return 0.0 if isinstance(value, float) and value == 0.0 else value
 
 
 LABEL_BYTES = 8  # torch.randint's int64, as data.sources.synthetic draws the labels
