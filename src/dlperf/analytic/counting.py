@@ -94,7 +94,7 @@ from dlperf.analytic.conventions import (
 )
 from dlperf.analytic.receptive import FieldTracker
 from dlperf.errors import UserError, missing_device, missing_forward, raised_by_model
-from dlperf.parsing import is_file_spec
+from dlperf.parsing import error_text, is_file_spec
 from dlperf.precision import DTYPES, KeepShared, check_default_dtype, counted_as
 
 ROOT = "(model)"
@@ -627,7 +627,7 @@ def _meta_explains(e: BaseException) -> bool:
     original = e
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if _NAMES_META.search(str(error)):
+        if _NAMES_META.search(error_text(error)):  # a factory's own __str__ may raise
             return True
         original = error
         error = error.__cause__ or error.__context__
@@ -1666,7 +1666,8 @@ def error_line(e: BaseException) -> tuple[str, str]:
     raised in the TorchScript interpreter, the type and line of the real error it ends with
     (where that was raised in the counting mode, which the interpreter leaves with no words:
     that error's)."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    # error_text: a model's own exception whose __str__ raises is still told as its own
+    lines = [line.strip() for line in error_text(e).strip().splitlines() if line.strip()]
     if not lines:
         return type(e).__name__, ""
     if lines[0] == TORCHSCRIPT_FAILED:
@@ -1852,7 +1853,8 @@ def run_backward(out: Any, done: str = "counted", command: str = "analyze") -> N
     except Exception as e:
         if raised_by_model(e):
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        text = error_text(e).strip()  # a library's exception whose __str__ raises
+        first = text.splitlines()[0] if text else ""
         # torch's own plea to report its message, not the reason
         first = first.split("  (Could this error message be improved?")[0].rstrip()
         said = f"{type(e).__name__}: {first}" if first else type(e).__name__
@@ -2252,7 +2254,7 @@ def _analyze_module(
         except Exception as e:
             raise UserError(
                 f"{refused.cause}, and its weights cannot be moved to the CPU to count it "
-                f"there: {type(e).__name__}: {e}"
+                f"there: {type(e).__name__}: {error_text(e)}"
             ) from None
         counted.real_tensors = refused.why
         return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)

@@ -9,6 +9,7 @@ import traceback
 
 from dlperf.blas import NO_ROOM, address_limit
 from dlperf.errors import in_model_file
+from dlperf.parsing import error_text
 
 # The libraries whose own ImportError is told in one line with or without a memory limit: a
 # broken installation of theirs is the environment's, which dlperf cannot fix.
@@ -95,7 +96,7 @@ def _starved(e: BaseException) -> bool:
     words in an ImportError, a MemoryError, or a SystemError (an extension's init that ran
     out returns NULL without an exception set)."""
     if isinstance(e, ImportError):
-        said = str(_reason(e)).lower()
+        said = error_text(_reason(e)).lower()
         return any(words in said for words in _NO_ROOM) and "static tls" not in said
     return isinstance(e, MemoryError | SystemError)
 
@@ -114,7 +115,8 @@ def unloadable(e: BaseException, *, limited: bool) -> str | None:
     if lib is None:
         return None
     reason = _reason(e)
-    said = str(reason) if isinstance(reason, ImportError) else type(reason).__name__
-    if not isinstance(reason, ImportError) and str(reason):
-        said = f"{said}: {reason}"
+    text = error_text(reason)  # an exception whose own __str__ raises is told too
+    said = text if isinstance(reason, ImportError) else type(reason).__name__
+    if not isinstance(reason, ImportError) and text:
+        said = f"{said}: {text}"
     return f"error: cannot load {lib}: {said}{load_hint()}"

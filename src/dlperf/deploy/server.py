@@ -75,7 +75,7 @@ from dlperf.deploy.serve_metrics import (
 )
 from dlperf.deploy.served_model import OutOfMemory, ServedModel, out_of_memory
 from dlperf.errors import UserError
-from dlperf.parsing import printable
+from dlperf.parsing import error_text, printable
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
 _DEFAULTS = ServeConfig()
@@ -190,8 +190,10 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def failure(request: Request, exc: Exception) -> JSONResponse:
-        # Starlette still logs the traceback; the client gets the same JSON shape as always.
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+        # Starlette still logs the traceback; the client gets the same JSON shape as always
+        # (error_text: an exception whose own __str__ raises is still answered).
+        said = f"internal error: {type(exc).__name__}: {error_text(exc)}"
+        return JSONResponse({"error": said}, 500)
 
     @app.exception_handler(RequestValidationError)
     async def bad_query(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -37,6 +37,7 @@ from dlperf.formatting import few
 from dlperf.image_modes import channels_last
 from dlperf.models.registry import note, too_deep, torch_defaults_kept
 from dlperf.models.transfer import DISAGREE, load_state
+from dlperf.parsing import error_text
 
 if TYPE_CHECKING:
     from dlperf.data import ImageData
@@ -76,7 +77,7 @@ def _read_failed(e: OSError, what: str) -> ReadFailed:
     )
     at = f" (at {line})" if line else ""
     if e.filename is None:
-        return ReadFailed(f"the forward of {what} failed{at}: {type(e).__name__}: {e}")
+        return ReadFailed(f"the forward of {what} failed{at}: {type(e).__name__}: {error_text(e)}")
     name = os.fspath(e.filename)
     where = (
         "put the file there"
@@ -232,7 +233,7 @@ def _dry_forward(
             raise elsewhere from None
         first = first_line(e)
         # torch's own errors say what they are, and a TorchScript model's last line names it
-        if not isinstance(e, RuntimeError) and not str(e).startswith(TORCHSCRIPT):
+        if not isinstance(e, RuntimeError) and not error_text(e).startswith(TORCHSCRIPT):
             first = f"{type(e).__name__}: {first}"
         if out_of_memory(e):
             count = {1: "one", 2: "two"}.get(batch, str(batch))
@@ -258,7 +259,7 @@ TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
 def first_line(e: BaseException) -> str:
     """The line of torch's error `e` that says what failed: its first, or for an error raised
     inside a TorchScript model (whose first line says only that) its last."""
-    lines = str(e).strip().splitlines() or [""]
+    lines = error_text(e).strip().splitlines() or [""]  # a library's __str__ may raise
     if not lines[0].startswith(TORCHSCRIPT):
         return lines[0]
     # "RuntimeError: mat1 and mat2 ...", or "builtins.ValueError: ..." for a `raise` in it
@@ -545,7 +546,7 @@ def _backward_failed(
             f"{first}",
             "a smaller model or input, or a device with more memory",
         )
-    return UserError(f"{cannot}: its backward fails: {first}", backward_hint(str(e)))
+    return UserError(f"{cannot}: its backward fails: {first}", backward_hint(error_text(e)))
 
 
 def _frozen_on_the_way(
@@ -610,7 +611,8 @@ def out_of_memory(e: BaseException) -> bool:
     """Whether `e` says the device (or the host) ran out of memory."""
     if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
         return True
-    return isinstance(e, RuntimeError) and any(m in str(e) for m in OOM_MESSAGES)
+    # error_text: asked of any error that ends a command, a model's whose __str__ raises too
+    return isinstance(e, RuntimeError) and any(m in error_text(e) for m in OOM_MESSAGES)
 
 
 def check_batch_fits(batch_size: int, data: ImageData) -> None:

@@ -54,7 +54,7 @@ from dlperf.errors import (
     raised_by_model,
 )
 from dlperf.formatting import few
-from dlperf.parsing import did_you_mean, is_file_spec, model_file_text
+from dlperf.parsing import did_you_mean, error_text, is_file_spec, model_file_text
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
 from dlperf.stopping import STOP_SIGNALS, TIMER_SIGNALS, timer_of
@@ -1083,7 +1083,8 @@ def _import_file(path: Path) -> ModuleType:
             ) from None
         if isinstance(e, Exception):
             raise UserError(
-                f"model file {path} failed to import{_raised_at(e)}: {type(e).__name__}: {e}"
+                f"model file {path} failed to import{_raised_at(e)}: {type(e).__name__}: "
+                f"{error_text(e)}"
             ) from None
         raise
     if not package:  # as importlib binds a submodule to its package
@@ -1647,7 +1648,8 @@ def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
     input: the call itself (an argument without a default), a keyword of the user's of the
     wrong type or value (any error, where [model] kwargs were given), a layer torch refuses."""
     hint = None
-    if isinstance(e, TypeError) and "required" in str(e) and "argument" in str(e):
+    said = error_text(e)  # a library's exception whose own __str__ raises is told too
+    if isinstance(e, TypeError) and "required" in said and "argument" in said:
         # An argument without a default, which dlperf cannot know
         hint = "give the argument a default, or its value in [model] kwargs"
     elif own:
@@ -1656,7 +1658,7 @@ def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
         # given, the error is torch's own (a str for a dtype).
         given = ", ".join(f"{k}={v!r}" for k, v in own.items())
         hint = f"check the values given in [model] kwargs: {given}"
-    raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}", hint) from None
+    raise UserError(f"factory {spec} failed: {type(e).__name__}: {said}", hint) from None
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from dlperf import stopping
 from dlperf.config import Experiment, stored_experiment
 from dlperf.config.experiment import changed_source
 from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.parsing import one_line
+from dlperf.parsing import error_text, one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -233,7 +233,9 @@ def failure(e: Exception) -> str:
             f"{e.message}; marked failed once the store answered again (continue it from its "
             f"last checkpoint: `dlperf run --resume {e.run_id}`)"
         )
-    return one_line(str(e)) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+    if isinstance(e, UserError):
+        return one_line(str(e))
+    return f"{type(e).__name__}: {error_text(e)}"  # the model's: its own __str__ may raise
 
 
 @dataclass
