@@ -1,4 +1,4 @@
-"""Break-it round 37, T2's C1 (fixer F4): `--where` and `runs compare`.
+"""Break-it round 37, T2's C1 and C2 (fixer F4): `--where` and `runs compare`.
 
 C1. A tracked run's top-level config key named like a run field (name, id, status, kind) or a
     config table named `tag` could not be selected: `--where name=resnet` read the run's name
@@ -7,6 +7,9 @@ C1. A tracked run's top-level config key named like a run field (name, id, statu
     alone; a run field (or tag) that selects nothing where a listed run's config holds the
     value is refused naming `config.KEY`; compare labels a config row apart (`config.status`)
     where another row has its label.
+C2. `--where` on a stored float with the value every view shows (4 significant digits)
+    selected nothing, exit 0: where a listed run's value shows as the typed one, the line
+    names the run and its whole value.
 """
 
 from __future__ import annotations
@@ -109,3 +112,29 @@ def test_compare_labels_a_config_row_apart_from_the_runs_status(clashing: str, c
     ]
     out = cli("--db", clashing, "runs", "compare", "1", "2").out
     assert [line.split()[0] for line in out.splitlines()].count("status") == 1
+
+
+# C2
+
+
+@pytest.mark.parametrize(
+    ("loss", "typed", "shown", "whole"),
+    [(0.123456789, "0.1235", "0.1235", "0.123456789"), (12345.6, "12346", "12,346", "12345.6")],
+)
+def test_where_on_a_float_by_its_shown_value_names_the_whole_value(
+    backend: str, cli: Cli, loss: float, typed: str, shown: str, whole: str
+) -> None:
+    """Was an empty table, exit 0: the views show 0.1235 (12,346), --where compares whole."""
+    for value in (loss, 2.0):
+        with dlperf.track("a", config={"lr": 0.1}, store=backend) as run:
+            run.log(1, loss=value)
+    store = dlperf.Store(backend)
+    assert _ids(store, f"final.train/loss={whole}") == [1]
+    where = f"final.train/loss={typed}"
+    assert _refused(store, where) == (
+        f"--where {where}: selects no listed run, but run 1's final.train/loss is {whole}, "
+        f"which tables show as {shown} (--where compares the whole value: "
+        f"--where final.train/loss={whole})"
+    )
+    result = cli("--db", backend, "runs", "list", "--json", "--where", where)
+    assert result.code == 2 and result.err.startswith(f"error: --where {where}: "), result.err

@@ -6,6 +6,7 @@ tags `runs tag` sets, and which runs may be deleted (and stopping those still ru
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import signal
@@ -558,6 +559,22 @@ class Condition:
                 f"to select by the config's key: --where {config.key}={self.text}",
             )
 
+    def refuse_as_shown(self, runs: list[RunRecord]) -> None:
+        """Refuse a number that selects none of `runs` where one's float prints as it: the
+        tables show a float to 4 significant digits (`fmt`: 0.7298 of 0.7298050139275766), and
+        the value copied from them selected nothing, without a word. The line names the run
+        and its whole value, which --where compares."""
+        if not _number(self.value) or any(self.holds(run) for run in runs):
+            return
+        for run in runs:
+            value = _field(run, self.key)[1]
+            if _shows_as(value, self.value):
+                raise UserError(
+                    f"--where {self.key}={self.text}: selects no listed run, but run {run.id}'s "
+                    f"{self.key} is {value!r}, which tables show as {fmt(value)}",
+                    f"--where compares the whole value: --where {self.key}={value!r}",
+                )
+
     def refuse_number_as_text(self, runs: list[RunRecord]) -> None:
         """Refuse `.05` or `5.` (text to --set, which TOML refuses for a number) where the key
         holds numbers and no run holds that text: it selected nothing where 0.05 selected the
@@ -578,6 +595,14 @@ class Condition:
 def _unspaced(key: str) -> str:
     """`key` without white space at the edges of its dotted names (`train .lr ` as train.lr)."""
     return ".".join(name.strip() for name in key.split("."))
+
+
+def _shows_as(stored: Any, wanted: float) -> bool:
+    """Whether the float `stored` prints as the number `wanted` in the tables (`fmt`, its
+    thousands separators dropped: 12345.6 shows as 12,346)."""
+    if not isinstance(stored, float) or not math.isfinite(stored):
+        return False
+    return float(fmt(stored).replace(",", "")) == wanted
 
 
 def _python_number(text: str) -> bool:
@@ -748,7 +773,11 @@ def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     _check_keys(runs, conditions)
     for condition in conditions:
         condition.refuse_number_as_text(runs)
-    return [run for run in runs if all(c.holds(run) for c in conditions)]
+    chosen = [run for run in runs if all(c.holds(run) for c in conditions)]
+    if not chosen:  # only then may one condition alone select nothing
+        for condition in conditions:
+            condition.refuse_as_shown(runs)
+    return chosen
 
 
 LIMIT_MAX = 2**31 - 1  # a C int, far past any store's runs; SQLite's LIMIT overflows past 2**63
