@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf import stopping
-from dlperf.errors import StoreGone, UserError, interrupted, model_exited
+from dlperf.errors import StoreGone, UserError, error_text, interrupted, model_exited
 from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
     TOO_DEEP,
     as_given,
-    error_text,
     flat_clash,
     has_control,
     key_fault,

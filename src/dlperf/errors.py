@@ -43,6 +43,17 @@ def in_model_file(frame: FrameType) -> bool:
     return frame.f_builtins.get(MODEL_CODE) is True
 
 
+def error_text(e: BaseException) -> str:
+    """`str(e)`, or `<str() failed>` where the exception's own __str__ raises: its text is
+    formatted while it is being handled (the failed run's error, the CLI's line), where the
+    __str__'s error replaced the user's and left the run unmarked. Here, not in parsing: the
+    checks below read the text of whatever a model or a library raised."""
+    try:
+        return str(e)
+    except Exception:
+        return "<str() failed>"
+
+
 def innermost(e: BaseException) -> TracebackType | None:
     """The last entry of `e`'s traceback: where it was raised."""
     tb = e.__traceback__
@@ -59,7 +70,7 @@ def missing_forward(e: BaseException, what: str) -> UserError | None:
     """The one line for a module inside `what` (the model) that its forward calls but that has
     no forward of its own (a misspelt `def foward` in a block, an nn.ModuleList called as a
     layer): torch's NotImplementedError was told as the input's fault. None for any other."""
-    found = _NO_FORWARD.search(str(e)) if isinstance(e, NotImplementedError) else None
+    found = _NO_FORWARD.search(error_text(e)) if isinstance(e, NotImplementedError) else None
     if found is None:
         return None
     tb = innermost(e)  # torch's placeholder forward, its `self` the module called
@@ -106,7 +117,7 @@ def missing_device(e: BaseException, what: str, on: str) -> MissingDevice | None
     machine lacks (.to("cuda"), .cuda(), torch.zeros(..., device="mps")), which dlperf runs on
     `on`: torch's error was told as the images' or the input shape's fault. None for any other.
     Shared by the dry checks (run, export) and the counting forward (analyze, predict)."""
-    found = _NO_DEVICE.search(str(e))
+    found = _NO_DEVICE.search(error_text(e))
     if found is None:
         return None
     asked = "cuda" if found["cuda"] else (found["compiled"] or found["linked"] or "").lower()
@@ -238,9 +249,9 @@ def out_of_threads(error: BaseException) -> bool:
     "can't start new thread", fork's EAGAIN (asked only where a thread or process was being
     started), ONNX Runtime's "pthread_create failed"."""
     return any(
-        (isinstance(e, RuntimeError) and str(e).startswith("can't start new thread"))
+        (isinstance(e, RuntimeError) and error_text(e).startswith("can't start new thread"))
         or (isinstance(e, OSError) and e.errno == errno.EAGAIN)
-        or "pthread_create failed" in str(e)
+        or "pthread_create failed" in error_text(e)
         for e in causes(error)
     )
 

@@ -55,16 +55,6 @@ def one_line(text: str) -> str:
     return printable(text).translate(_BREAKS)
 
 
-def error_text(e: BaseException) -> str:
-    """`str(e)`, or `<str() failed>` where the exception's own __str__ raises: its text is
-    formatted while it is being handled (the failed run's error, the CLI's line), where the
-    __str__'s error replaced the user's and left the run unmarked."""
-    try:
-        return str(e)
-    except Exception:
-        return "<str() failed>"
-
-
 def name_text(name: str) -> str:
     """A name (a class's) as a table or message shows it: on one line (`one_line`), and quoted
     where white space at an edge (`edged`) hides what it holds, so that "a" and "a " read apart

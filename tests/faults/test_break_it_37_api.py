@@ -27,8 +27,7 @@ import pytest
 import torch
 
 import dlperf
-from dlperf.errors import UserError
-from dlperf.parsing import error_text
+from dlperf.errors import UserError, error_text
 from dlperf.store.record import RunRecord
 from tests.conftest import CliResult
 from tests.faults.test_break_it_10_models import _exp as exp

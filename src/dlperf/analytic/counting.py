@@ -93,8 +93,14 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.errors import UserError, missing_device, missing_forward, raised_by_model
-from dlperf.parsing import error_text, is_file_spec
+from dlperf.errors import (
+    UserError,
+    error_text,
+    missing_device,
+    missing_forward,
+    raised_by_model,
+)
+from dlperf.parsing import is_file_spec
 from dlperf.precision import DTYPES, KeepShared, check_default_dtype, counted_as
 
 ROOT = "(model)"

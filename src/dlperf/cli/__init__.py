@@ -29,12 +29,13 @@ from dlperf.cli.loads import memory_hint, out_of_memory, unloadable
 from dlperf.errors import (
     CheckFailed,
     UserError,
+    error_text,
     exit_call,
     in_model_file,
     innermost,
     interrupted,
 )
-from dlperf.parsing import error_text, one_line
+from dlperf.parsing import one_line
 from dlperf.paths import told, unnamed_cwd, writing
 
 if TYPE_CHECKING:

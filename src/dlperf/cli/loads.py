@@ -8,8 +8,7 @@ import sys
 import traceback
 
 from dlperf.blas import NO_ROOM, address_limit
-from dlperf.errors import in_model_file
-from dlperf.parsing import error_text
+from dlperf.errors import error_text, in_model_file
 
 # The libraries whose own ImportError is told in one line with or without a memory limit: a
 # broken installation of theirs is the environment's, which dlperf cannot fix.

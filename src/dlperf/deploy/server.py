@@ -74,8 +74,8 @@ from dlperf.deploy.serve_metrics import (
     Statistics,
 )
 from dlperf.deploy.served_model import OutOfMemory, ServedModel, out_of_memory
-from dlperf.errors import UserError
-from dlperf.parsing import error_text, printable
+from dlperf.errors import UserError, error_text
+from dlperf.parsing import printable
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
 _DEFAULTS = ServeConfig()

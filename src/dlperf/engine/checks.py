@@ -28,6 +28,7 @@ from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import (
     UserError,
+    error_text,
     in_model_file,
     missing_device,
     missing_forward,
@@ -37,7 +38,6 @@ from dlperf.formatting import few
 from dlperf.image_modes import channels_last
 from dlperf.models.registry import note, too_deep, torch_defaults_kept
 from dlperf.models.transfer import DISAGREE, load_state
-from dlperf.parsing import error_text
 
 if TYPE_CHECKING:
     from dlperf.data import ImageData

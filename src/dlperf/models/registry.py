@@ -48,13 +48,14 @@ from dlperf.errors import (
     USER_MODULE_PREFIX,
     ModelOsExit,
     UserError,
+    error_text,
     exit_call,
     in_model_file,
     no_forward_fix,
     raised_by_model,
 )
 from dlperf.formatting import few
-from dlperf.parsing import did_you_mean, error_text, is_file_spec, model_file_text
+from dlperf.parsing import did_you_mean, is_file_spec, model_file_text
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
 from dlperf.stopping import STOP_SIGNALS, TIMER_SIGNALS, timer_of

@@ -76,8 +76,8 @@ from sqlalchemy.orm import Session, object_session
 from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
-from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.parsing import error_text, finite_json, printable_key, printable_keys, subscripted
+from dlperf.errors import StoreGone, UserError, error_text, interrupted
+from dlperf.parsing import finite_json, printable_key, printable_keys, subscripted
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations

@@ -31,8 +31,8 @@ from typing import Any
 from dlperf import stopping
 from dlperf.config import Experiment, stored_experiment
 from dlperf.config.experiment import changed_source
-from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.parsing import error_text, one_line
+from dlperf.errors import StoreGone, UserError, error_text, interrupted
+from dlperf.parsing import one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
