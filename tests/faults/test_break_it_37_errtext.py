@@ -14,13 +14,17 @@ whose checks need it (parsing imports errors).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from starlette.requests import Request
 
 import dlperf
+from dlperf.deploy.server import create_app
 from tests.conftest import CliResult
+from tests.deploy.test_server import tiny_classifier
 
 Cli = Callable[..., CliResult]
 
@@ -186,3 +190,21 @@ def test_a_sweep_point_whose_model_raises_such_an_exception_fails_in_one_line(
     assert [(r.status, r.error) for r in dlperf.Store(db).runs()] == [
         ("failed", "StrBroke: <str() failed>")
     ]
+
+
+class StrBroke(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str broke")
+
+
+def test_serves_internal_error_answer_tells_an_exception_whose_str_raises(tmp_path: Path) -> None:
+    """Not a user's code (the served model is ONNX), but the last handler answers whatever a
+    route raised: before, the __str__'s RuntimeError escaped it."""
+    app = create_app(tiny_classifier(tmp_path / "tiny.onnx"), threads=1)
+    failure = app.exception_handlers[Exception]
+    request = Request({"type": "http", "method": "POST", "path": "/predict", "headers": []})
+    reply = asyncio.run(failure(request, StrBroke()))
+    assert (reply.status_code, reply.body) == (
+        500,
+        b'{"error":"internal error: StrBroke: <str() failed>"}',
+    )
