@@ -167,11 +167,12 @@ def choices(allowed: list[str]) -> tuple[st.SearchStrategy[Any], st.SearchStrate
     some = st.lists(st.sampled_from(allowed), max_size=2)
     unknown = st.text().filter(lambda t: t not in allowed)
     return (
-        st.lists(st.sampled_from(allowed), min_size=1, max_size=3),
+        st.lists(st.sampled_from(allowed), min_size=1, max_size=3, unique=True),
         st.just([]) | st.builds(lambda good, bad: [*good, bad], some, unknown),
     )
 
 
+# A list of a study's points (scale.workers, distill.top_k, ...) refuses a repeated value.
 LISTS = {  # key: (valid, invalid)
     "data.shape": (
         st.lists(st.integers(1, 512), min_size=3, max_size=3),
@@ -192,15 +193,15 @@ LISTS = {  # key: (valid, invalid)
         st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
     "scale.workers": (
-        st.lists(st.integers(1, 1024), min_size=1, max_size=4),
+        st.lists(st.integers(1, 1024), min_size=1, max_size=4, unique=True),
         st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
     "scale.bucket_mb": (
-        st.lists(st.floats(0, 1024, exclude_min=True), max_size=3),
+        st.lists(st.floats(0, 1024, exclude_min=True), max_size=3, unique=True),
         st.lists(st.floats(max_value=0), min_size=1, max_size=3),
     ),
     "distill.top_k": (
-        st.lists(st.integers(1, 10_000), min_size=1, max_size=4),
+        st.lists(st.integers(1, 10_000), min_size=1, max_size=4, unique=True),
         st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
     "analyze.input": (
@@ -213,17 +214,17 @@ LISTS = {  # key: (valid, invalid)
         | st.lists(st.integers(-5, 0), min_size=3, max_size=3),
     ),
     "infer.batch": (
-        st.lists(st.integers(1, 1024), min_size=1, max_size=4),
+        st.lists(st.integers(1, 1024), min_size=1, max_size=4, unique=True),
         st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
     "scale.comm": choices(COMMS),
     # empty: the framework's default strategy and all-reduce
     "scale.strategy": (
-        st.lists(st.sampled_from(STRATEGIES), max_size=3),
+        st.lists(st.sampled_from(STRATEGIES), max_size=3, unique=True),
         choices(STRATEGIES)[1].filter(bool),
     ),
     "scale.allreduce": (
-        st.lists(st.sampled_from(ALLREDUCES), max_size=3),
+        st.lists(st.sampled_from(ALLREDUCES), max_size=3, unique=True),
         choices(ALLREDUCES)[1].filter(bool),
     ),
 }

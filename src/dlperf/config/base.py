@@ -4,12 +4,13 @@ check, and the precision names (one literal for run.precision and analyze.precis
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from dlperf.errors import UserError
+from dlperf.parsing import as_given
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -43,6 +44,27 @@ Std = Annotated[float, Field(ge=MIN_STD, le=1)]
 # catalog spell them; dlperf/precision.py maps them to torch dtypes.
 Precision = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+# The error type of a list of a study's points that holds one value more than once.
+REPEATED = "repeated"
+Item = TypeVar("Item")
+
+
+def _once_each(values: list[Item]) -> list[Item]:
+    # A repeat is a point run twice (one student shown as two, a figure named top-k5-5) or
+    # dropped without a word; a sweep axis refuses it too ("the same config as point 1").
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            n = values.count(value)
+            times = "twice" if n == 2 else f"{n} times"
+            said = {"value": as_given(value), "times": times}
+            raise PydanticCustomError(REPEATED, "{value} is given {times}", said)
+    return values
+
+
+# A list whose items are a study's points (distill.top_k, scale.workers, infer.batch, ...):
+# each value at most once.
+Points = Annotated[list[Item], AfterValidator(_once_each)]
 
 
 class Section(BaseModel):

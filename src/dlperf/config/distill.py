@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from dlperf.config.base import Count, Rate, Section
+from dlperf.config.base import Count, Points, Rate, Section
 from dlperf.config.experiment import Job
 from dlperf.parsing import absolute_model_name
 
@@ -22,7 +22,7 @@ class DistillConfig(Section):
     """The unlabelled images: NAME[:KEY=VALUE,...] (a data set and data.* keys, e.g.
     "mnist5k:image_size=8"), or NAME:holdout=F (a share of the experiment's own training split,
     its labels hidden)."""
-    top_k: Annotated[list[Count], Field(min_length=1)] = [100]
+    top_k: Annotated[Points[Count], Field(min_length=1)] = [100]
     """Images kept per class, one student each: the K the teacher scores highest."""
     top_p: Count = 1
     """Classes an image may be kept for: its P highest-scored."""

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from dlperf.config.base import Count, Section
+from dlperf.config.base import Count, Points, Section
 from dlperf.config.experiment import Job
 
 
@@ -20,7 +20,7 @@ class InferConfig(Section):
 
     topk: Count = 5
     """Classes per image."""
-    batch: Annotated[list[Count], Field(min_length=1)] = [1, 8, 32]
+    batch: Annotated[Points[Count], Field(min_length=1)] = [1, 8, 32]
     """bench: batch sizes, one row each."""
     threads: Count | None = None
     """bench: intra-op threads of both contenders; None: all cores this process may use."""

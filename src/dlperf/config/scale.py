@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
-from pydantic_core import PydanticKnownError
+from pydantic_core import PydanticCustomError, PydanticKnownError
 from pydantic_core.core_schema import ErrorType
 
-from dlperf.config.base import Count, NonNegative, Positive, Section, Size
+from dlperf.config.base import REPEATED, Count, NonNegative, Points, Positive, Section, Size
 from dlperf.config.experiment import Job
 
 ScaleMode = Literal["strong", "weak"]
@@ -22,15 +22,15 @@ class ScaleConfig(Section):
     """`dlperf scale`: the points of a scaling study (every combination of workers, comm,
     strategy and bucket size) and how they are launched."""
 
-    workers: Annotated[list[Count], Field(min_length=1)] = [1, 2]
+    workers: Annotated[Points[Count], Field(min_length=1)] = [1, 2]
     """Worker counts, one point each (the total over all nodes)."""
-    mode: ScaleMode | Annotated[list[ScaleMode], Field(min_length=1)] = "strong"
+    mode: ScaleMode | Annotated[Points[ScaleMode], Field(min_length=1)] = "strong"
     """strong: N workers share global_batch; weak: each has per_worker_batch (global N times
     it); a list (["weak", "strong"]): both, each compared within itself."""
-    global_batch: Count | Annotated[list[Count], Field(min_length=1)] | None = None
+    global_batch: Count | Annotated[Points[Count], Field(min_length=1)] | None = None
     """strong: the global batch of every point (divisible by every worker count); a list: one
     strong-scaling series per global batch."""
-    per_worker_batch: Count | Annotated[list[Count], Field(min_length=1)] | None = None
+    per_worker_batch: Count | Annotated[Points[Count], Field(min_length=1)] | None = None
     """weak: the batch of each worker; a list: one weak-scaling series per batch."""
     steps: Count | None = None
     """Timed steps per point (give steps or epochs)."""
@@ -50,22 +50,22 @@ class ScaleConfig(Section):
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend; auto: nccl when CUDA GPUs are present, else gloo."""
     comm: Annotated[
-        list[Literal["allreduce", "fp16", "bf16", "powersgd", "noop"]], Field(min_length=1)
+        Points[Literal["allreduce", "fp16", "bf16", "powersgd", "noop"]], Field(min_length=1)
     ] = ["allreduce"]
     """DDP communication hooks, one point each: allreduce | fp16 | bf16 | powersgd | noop
     (horovod: allreduce | fp16, its fp16 compression)."""
     framework: Literal["torch", "tensorflow", "horovod"] = "torch"
     """torch (DDP via torchrun) | tensorflow (tf.distribute; the `tensorflow` extra) |
     horovod (horovodrun; built by `make horovod`)."""
-    strategy: list[Literal["ddp", "dp", "mirrored", "multiworker", "torch", "tensorflow"]] = []
+    strategy: Points[Literal["ddp", "dp", "mirrored", "multiworker", "torch", "tensorflow"]] = []
     """torch: ddp (DistributedDataParallel) | dp (one-process DataParallel, GPUs only);
     tensorflow: mirrored (MirroredStrategy, one process) | multiworker
     (MultiWorkerMirroredStrategy, one process per worker); horovod: its binding, torch |
     tensorflow. One point each; empty: ddp, mirrored for tensorflow, torch for horovod."""
-    allreduce: list[Literal["nccl", "hierarchical", "one-device", "auto", "ring"]] = []
+    allreduce: Points[Literal["nccl", "hierarchical", "one-device", "auto", "ring"]] = []
     """tensorflow: the all-reduce, one point each; mirrored: nccl | hierarchical | one-device
     (default nccl on GPUs, else one-device), multiworker: auto | ring | nccl (default auto)."""
-    bucket_mb: list[Positive] = []
+    bucket_mb: Points[Positive] = []
     """DDP bucket sizes in MB (horovod: its tensor-fusion threshold), one point each; empty:
     DDP's default (25 MB), Horovod's (64 MB)."""
     comm_split: bool = True
@@ -100,14 +100,17 @@ class ScaleConfig(Section):
             return handler(value)
         except ValidationError as e:
             errors, many = e.errors(), type(value) is list
-            given = [x for x in errors if str(x["loc"][0]).startswith("list[") == many]
+            # The list member's name is list[...], or a validator's around it (Points').
+            given = [x for x in errors if ("list[" in str(x["loc"][0])) == many]
             first = (given or errors)[0]
+            if first["type"] == REPEATED:  # Points' own error, as it said it
+                raise PydanticCustomError(REPEATED, "{said}", {"said": first["msg"]}) from None
             # An error pydantic raised, so its type is one of its own known ones.
             raise PydanticKnownError(cast(ErrorType, first["type"]), first.get("ctx")) from None
 
     def modes(self) -> list[ScaleMode]:
         """The study's modes, in the order given."""
-        return list(dict.fromkeys(self.mode if isinstance(self.mode, list) else [self.mode]))
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode]
 
     def batches(self, mode: ScaleMode) -> list[int] | None:
         """The batches a mode's series are at, smallest first (strong: global, weak: per
@@ -115,7 +118,7 @@ class ScaleConfig(Section):
         given = self.global_batch if mode == "strong" else self.per_worker_batch
         if given is None:
             return None
-        return sorted(set(given if isinstance(given, list) else [given]))
+        return sorted(given if isinstance(given, list) else [given])
 
 
 class ScaleJob(Job):
