@@ -11,10 +11,13 @@ axis won), while --set of that key is refused. It is refused now, as --set is.
 
 C3: -0.0 and 0.0 hashed as two configs (json.dumps writes "-0.0"): a sweep trained one config
 twice, and a finished 0.0 point was not found for -0.0. The hash reads -0.0 as 0.0 now.
+
+C7: a sweep file or base that is there but is not a regular file was "no such ... file".
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,3 +99,35 @@ def test_c3_minus_zero_is_the_same_config_as_zero(cli: Cli, tmp_path: Path) -> N
     minus = {"model": {"kwargs": {"p": -0.0, "q": [1.0, -0.0]}}, "train": {"lr": 0.1}}
     digest = Experiment.model_validate(zero).config_hash()
     assert Experiment.model_validate(minus).config_hash() == digest
+
+
+# --- C7: a sweep file or base there but not a regular file was "no such ... file" ----------
+
+
+def test_c7_a_sweep_file_or_base_not_a_regular_file_says_what_it_is(
+    cli: Cli, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "adir").mkdir()
+    result = cli("sweep", str(fifo))
+    assert result.code == 2
+    assert result.err == (
+        f"error: sweep file {fifo} is not a regular file (a FIFO) (give the path of a sweep "
+        "TOML file)\n"
+    )
+    path = tmp_path / "s7.toml"
+    path.write_text('base = "adir"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {path}: base {tmp_path / 'adir'} is a directory, not an experiment file "
+        "(give a TOML file in it)\n"
+    )
+    path.write_text('base = "fifo"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {path}: base experiment file {fifo} is not a regular file (give the path of "
+        "a TOML file)\n"
+    )

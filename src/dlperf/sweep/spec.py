@@ -45,6 +45,7 @@ from dlperf.config import (
 from dlperf.config.experiment import UNHASHED_RUN_KEYS
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
+from dlperf.paths import not_regular
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store.names import Made, at_most, check_made_names
 
@@ -109,22 +110,38 @@ class Sweep:
     threads_set: bool  # run.threads given by the base, [set] or an axis
 
 
-def _resolve_base(path: Path, base: str) -> Path:
-    """The base experiment: relative to the sweep file's directory first, then the cwd."""
+def _read_base(path: Path, base: str) -> tuple[Path, dict[str, Any]]:
+    """The base experiment and its TOML: the first path there, relative to the sweep file's
+    directory first, then the cwd. What is wrong with it (a directory, a FIFO, malformed
+    TOML) is read_toml's line, after the sweep file's name: a path that is there but is not a
+    regular file was "no such experiment file", naming the path that was there."""
     candidates = [path.parent / base, Path(base)]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise UserError(
-        f"{path}: base {base!r}: no such experiment file",
-        f"looked for {candidates[0]} and {candidates[1].resolve()}",
-    )
+    found = next((candidate for candidate in candidates if candidate.exists()), None)
+    if found is None:
+        raise UserError(
+            f"{path}: base {base!r}: no such experiment file",
+            f"looked for {candidates[0]} and {candidates[1].resolve()}",
+        )
+    try:
+        raw = read_toml(found)
+    except UserError as e:
+        raise UserError(f"{path}: base {e.message}", e.hint) from None
+    return found, raw
+
+
+# How to name a sweep file, in the words of read_toml's refusals.
+_SWEEP_HINT = "give the path of a sweep TOML file"
 
 
 def _parse(path: Path) -> SweepFile:
-    if not path.is_file():  # read_toml would call it an experiment file
-        what = "is a directory, not a sweep file" if path.is_dir() else "no such sweep file"
-        raise UserError(f"{path}: {what}", "give the path of a sweep TOML file")
+    # read_toml's lines, of a sweep file (it would call the file an experiment file)
+    kind = not_regular(path)
+    if kind == "a directory":
+        raise UserError(f"{path}: is a directory, not a sweep file", _SWEEP_HINT)
+    if kind is not None:  # a FIFO (a pipe as /dev/stdin) would block the read
+        raise UserError(f"sweep file {path} is not a regular file ({kind})", _SWEEP_HINT)
+    if not path.is_file():
+        raise UserError(f"{path}: no such sweep file", _SWEEP_HINT)
     raw = read_toml(path)
     check_keys(raw, SweepFile.model_fields, str(path))
     try:
@@ -244,8 +261,7 @@ def load_sweep(
             raise UserError(f"--set {key}: {path} varies it", "drop --set, or edit the sweep file")
     # A file name that is not UTF-8 arrives with lone surrogates, which no store can encode.
     name = spec.name or stem_name(path)
-    base = _resolve_base(path, spec.base)
-    base_raw = read_toml(base)
+    base, base_raw = _read_base(path, spec.base)
     seeds: list[int | None] = list(range(spec.repeats)) if spec.repeats > 1 else [None]
     points: list[Point] = []
     seen: dict[str, int] = {}
