@@ -90,7 +90,7 @@ def test_an_experiment_file_whose_keys_clash_once_dotted_is_refused(
     where = exp
     if command == ["sweep"]:
         exp = write(tmp_path, "sweep.toml", SWEEP)
-        where = "sweep.toml point 1 (train.lr=0.1)"
+        where = "sweep.toml: base exp.toml"  # the base's own fault (round 37: point 1's)
     line = refused(cli(*command, exp), tmp_path)
     assert line == f"error: {where}: {first} and {second} {SAID}"
 

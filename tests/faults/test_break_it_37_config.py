@@ -12,6 +12,9 @@ axis won), while --set of that key is refused. It is refused now, as --set is.
 C3: -0.0 and 0.0 hashed as two configs (json.dumps writes "-0.0"): a sweep trained one config
 twice, and a finished 0.0 point was not found for -0.0. The hash reads -0.0 as 0.0 now.
 
+C4: a fault of a sweep's base alone was blamed on "point 1 (train.lr=0.1)", the base never
+named. The base is checked before the points, and its own fault names it.
+
 C7: a sweep file or base that is there but is not a regular file was "no such ... file".
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.config import Experiment
+from dlperf.sweep import load_sweep
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -99,6 +103,59 @@ def test_c3_minus_zero_is_the_same_config_as_zero(cli: Cli, tmp_path: Path) -> N
     minus = {"model": {"kwargs": {"p": -0.0, "q": [1.0, -0.0]}}, "train": {"lr": 0.1}}
     digest = Experiment.model_validate(zero).config_hash()
     assert Experiment.model_validate(minus).config_hash() == digest
+
+
+# --- C4: a fault of a sweep's base was blamed on "point 1 (axis=value)" ---------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("lrr = 0.1\n", "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
+        ("[data]\nlimit = -5\n", "data.limit: must be at least 1 (got -5)"),
+    ],
+)
+def test_c4_a_fault_of_the_base_names_the_base_file(
+    cli: Cli, tmp_path: Path, text: str, said: str
+) -> None:
+    base = tmp_path / "sub" / "base.toml"
+    base.parent.mkdir()
+    base.write_text(BASE + text)
+    path = tmp_path / "s13.toml"
+    path.write_text('base = "sub/base.toml"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == f"error: {path}: base {base}: {said}\n"
+
+
+def test_c4_a_sweep_file_as_base_is_said_to_be_one(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "s6.toml"
+    path.write_text('base = "s6.toml"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {path}: base {path} is a sweep file, not an experiment (give the experiment "
+        "file every point starts from)\n"
+    )
+
+
+def test_c4_what_the_sweep_puts_right_in_the_base_is_not_refused(cli: Cli, tmp_path: Path) -> None:
+    # data.limit = -5 alone is wrong, but [set] or the axis replaces it in every point
+    (tmp_path / "base.toml").write_text(BASE + "[data]\nlimit = -5\n")
+    for body in (
+        '[set]\n"data.limit" = 64\n[grid]\n"train.lr" = [0.1]\n',
+        '[grid]\n"data.limit" = [64]\n',
+    ):
+        (tmp_path / "s.toml").write_text('base = "base.toml"\n' + body)
+        assert load_sweep(tmp_path / "s.toml").points[0].exp.data.limit == 64
+    # a point's own value is still the point's
+    (tmp_path / "s.toml").write_text('base = "base.toml"\n[grid]\n"data.limit" = [64, -7]\n')
+    result = cli("sweep", str(tmp_path / "s.toml"))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {tmp_path / 's.toml'} point 2 (data.limit=-7): data.limit: must be at least 1 "
+        "(got -7)\n"
+    )
 
 
 # --- C7: a sweep file or base there but not a regular file was "no such ... file" ----------

@@ -126,7 +126,32 @@ def _read_base(path: Path, base: str) -> tuple[Path, dict[str, Any]]:
         raw = read_toml(found)
     except UserError as e:
         raise UserError(f"{path}: base {e.message}", e.hint) from None
+    if {"base", "grid", "zip"} & raw.keys():  # keys of a sweep file, none an experiment's
+        raise UserError(
+            f"{path}: base {found} is a sweep file, not an experiment",
+            "give the experiment file every point starts from",
+        )
     return found, raw
+
+
+def _check_base(where: str, base_raw: dict[str, Any], first: dict[str, Any]) -> None:
+    """Refuse a base that is wrong alone, naming its file (`where`), before any point: its
+    fault was said as the first point's, "point 1 (train.lr=0.1)", a key the sweep file does
+    not hold. A base that the first point's values (`first`: [set], --set, the axes) put
+    right, or that the first point gets wrong otherwise, is left to the points."""
+    try:
+        build_experiment(base_raw, where, new=True)
+        return
+    except UserError as e:
+        alone = e
+    raw = copy.deepcopy(base_raw)
+    try:
+        for key, value in first.items():
+            assign(raw, key, value, where)
+        build_experiment(raw, where, new=True)
+    except UserError as e:
+        if str(e) == str(alone):  # the base's fault, whatever the point sets
+            raise alone from None
 
 
 # How to name a sweep file, in the words of read_toml's refusals.
@@ -263,6 +288,10 @@ def load_sweep(
     name = spec.name or stem_name(path)
     base, base_raw = _read_base(path, spec.base)
     seeds: list[int | None] = list(range(spec.repeats)) if spec.repeats > 1 else [None]
+    first = {**fixed, **next(_combinations(spec))}
+    if seeds[0] is not None:
+        first["run.seed"] = seeds[0]
+    _check_base(f"{path}: base {base}", base_raw, first)
     points: list[Point] = []
     seen: dict[str, int] = {}
     count = _count(spec)
