@@ -15,6 +15,8 @@ twice, and a finished 0.0 point was not found for -0.0. The hash reads -0.0 as 0
 C4: a fault of a sweep's base alone was blamed on "point 1 (train.lr=0.1)", the base never
 named. The base is checked before the points, and its own fault names it.
 
+C5: a sweep axis or [set] key written twice, quoted and bare, kept the later without a word.
+
 C7: a sweep file or base that is there but is not a regular file was "no such ... file".
 """
 
@@ -156,6 +158,40 @@ def test_c4_what_the_sweep_puts_right_in_the_base_is_not_refused(cli: Cli, tmp_p
         f"error: {tmp_path / 's.toml'} point 2 (data.limit=-7): data.limit: must be at least 1 "
         "(got -7)\n"
     )
+
+
+# --- C5: an axis or [set] key written twice, quoted and bare, kept one without a word ------
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            '[grid]\n"train.lr" = [0.1, 0.2]\ntrain.lr = [0.3, 0.4, 0.5]\n',
+            '[grid] "train.lr" and train.lr are one key',
+        ),
+        (
+            '[zip]\n"train.lr" = [0.1]\n[zip.train]\nlr = [0.3]\n',
+            '[zip] "train.lr" and train.lr are one key',
+        ),
+        (
+            '[set]\n"train.lr" = 0.1\ntrain.lr = 0.7\n[grid]\n"train.epochs" = [1, 2]\n',
+            '[set] "train.lr" and train.lr are one key',
+        ),
+        (  # across the tables: the spellings flattened alike
+            '[grid]\n"train.lr" = [0.1]\n[zip.train]\nlr = [0.3]\n',
+            "'train.lr' is in both [grid] and [zip]",
+        ),
+    ],
+)
+def test_c5_a_key_written_twice_in_a_sweep_table_is_refused(
+    cli: Cli, tmp_path: Path, body: str, said: str
+) -> None:
+    path = sweep_file(tmp_path, body)
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err.startswith(f"error: {path}: {said}"), result.err
+    assert result.err.count("\n") == 1
 
 
 # --- C7: a sweep file or base there but not a regular file was "no such ... file" ----------

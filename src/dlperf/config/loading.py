@@ -385,13 +385,19 @@ def check_printable(exp: Experiment, where: str) -> None:
     printable_keys(exp.to_dict(), lambda path: f"key {_toml_key(path)}", f"{where}: ")
 
 
+def key_clash(tree: dict[str, Any]) -> str | None:
+    """`flat_clash` of `tree` (a config, a sweep file's [grid]), its keys spelled as in the
+    file."""
+    return flat_clash(tree, _toml_key)
+
+
 def check_clash(exp: Experiment, where: str) -> None:
     """Refuse an experiment about to be run two of whose keys are one dotted key (`"a.b" = 1`
     beside `a = {b = 2}` in [model.kwargs]), in the words `dlperf.run` and `dlperf.track` say
     it with (api._clash), the keys spelled as in the file: `runs list --where`, `runs
     compare` and the MLflow export name keys dotted, and one value would be lost. Not for a
     stored run's config (resume, export, a teacher), which is read as it was stored."""
-    clash = flat_clash(exp.to_dict(), _toml_key)
+    clash = key_clash(exp.to_dict())
     if clash is not None:
         raise UserError(f"{where}: {clash}", "rename one of them")
 

@@ -43,6 +43,7 @@ from dlperf.config import (
     validation_message,
 )
 from dlperf.config.experiment import UNHASHED_RUN_KEYS
+from dlperf.config.loading import key_clash
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
 from dlperf.paths import not_regular
@@ -169,6 +170,12 @@ def _parse(path: Path) -> SweepFile:
         raise UserError(f"{path}: no such sweep file", _SWEEP_HINT)
     raw = read_toml(path)
     check_keys(raw, SweepFile.model_fields, str(path))
+    # "train.lr" and train.lr (or [grid.train] lr) are one key to the points: flattened, the
+    # later value was kept and the other axis never ran
+    for table in ("grid", "zip", "set"):
+        clash = key_clash(raw[table]) if isinstance(raw.get(table), dict) else None
+        if clash is not None:
+            raise UserError(f"{path}: [{table}] {clash}", "write it once")
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as e:
