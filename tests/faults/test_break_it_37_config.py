@@ -18,6 +18,8 @@ named. The base is checked before the points, and its own fault names it.
 C5: a sweep axis or [set] key written twice, quoted and bare, kept the later without a word.
 
 C7: a sweep file or base that is there but is not a regular file was "no such ... file".
+
+T2 C3: a sweep `name` holding a control character ended in a pydantic traceback.
 """
 
 from __future__ import annotations
@@ -223,4 +225,20 @@ def test_c7_a_sweep_file_or_base_not_a_regular_file_says_what_it_is(
     assert result.err == (
         f"error: {path}: base experiment file {fifo} is not a regular file (give the path of "
         "a TOML file)\n"
+    )
+
+
+# --- T2 C3: a sweep name holding a control character ended in a pydantic traceback ---------
+
+
+@pytest.mark.parametrize(("escaped", "shown"), [("\\t", "\\t"), ("\\u202e", "\\u202e")])
+def test_t2c3_a_sweep_name_with_a_control_character_is_refused(
+    cli: Cli, tmp_path: Path, escaped: str, shown: str
+) -> None:
+    path = sweep_file(tmp_path, f'name = "s{escaped}w"\n[grid]\n"train.lr" = [0.1]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"error: {path}: name: must hold no control characters (ESC, NUL, tab, newline, ...) "
+        f"nor format characters (U+202E, U+200B, ...) (got 's{shown}w')\n"
     )

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dlperf.config import (
     Count,
@@ -42,7 +42,7 @@ from dlperf.config import (
     read_toml,
     validation_message,
 )
-from dlperf.config.experiment import UNHASHED_RUN_KEYS
+from dlperf.config.experiment import UNHASHED_RUN_KEYS, RunConfig
 from dlperf.config.loading import key_clash
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
@@ -73,6 +73,13 @@ class SweepFile(Section):
     """Axes that vary together (all of one length), combined with the grid as a product."""
     set: dict[str, Any] = Field(default_factory=dict)
     """Fixed overrides applied to every point."""
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, name: str | None) -> str | None:
+        # every point's run is named "NAME LABEL": checked as run.name is, here, where its
+        # error names the sweep file and the key, not as the first point's run is named
+        return RunConfig._printable(name)
 
     @model_validator(mode="before")
     @classmethod
