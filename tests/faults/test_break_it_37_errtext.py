@@ -192,6 +192,44 @@ def test_a_sweep_point_whose_model_raises_such_an_exception_fails_in_one_line(
     ]
 
 
+EXPORTED = f"""
+import torch
+from torch import nn
+{STR_BROKE}
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
+            raise StrBroke()
+        return self.fc(x.flatten(1))
+
+
+def net(num_classes=10, in_channels=1):
+    return Net()
+"""
+
+
+@pytest.mark.faults  # both exporters run: about 10 s on a busy machine
+def test_export_tells_an_exception_whose_str_raises_in_the_exporters_in_one_line(
+    cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "exported.py"
+    path.write_text(EXPORTED)
+    result = cli("export", f"{path}:net", "--input", "1,8,8", "--out", str(tmp_path / "m.onnx"))
+    # before: "error: the model raised RuntimeError: str broke" (the exporters' first lines)
+    assert result.code == 2, result.err
+    line = result.err.splitlines()[-1]
+    assert line.startswith(f"error: cannot export model '{path}:net' to ONNX: "), result.err
+    # torch's dynamo exporter reads the text itself, and fails with the __str__'s error: its
+    # own failure, told as it is
+    assert line.endswith("and the TorchScript exporter too (StrBroke: <str() failed>)"), line
+    assert "Traceback" not in result.err, result.err
+
+
 class StrBroke(Exception):
     def __str__(self) -> str:
         raise RuntimeError("str broke")

@@ -44,7 +44,7 @@ from dlperf.engine.checks import (
     out_of_memory,
     probabilities,
 )
-from dlperf.errors import CheckFailed, UserError, interrupted, raised_by_model
+from dlperf.errors import CheckFailed, UserError, error_text, interrupted, raised_by_model
 from dlperf.formatting import few
 from dlperf.parsing import absolute_model_name, is_file_spec, one_line
 from dlperf.paths import check_writable, writing
@@ -499,7 +499,7 @@ def _torch_scores(
             raise KeyboardInterrupt from e
         if raised_by_model(e):  # the model's own: told with its frames, exit 1
             raise
-        first = (str(e).strip().splitlines() or [""])[0]
+        first = (error_text(e).strip().splitlines() or [""])[0]  # a library's, say
         raise CheckFailed(
             f"PyTorch fails at batch {step} ({what}): {type(e).__name__}: {first}"
         ) from None
@@ -765,7 +765,8 @@ def _traced_constant(caught: list[warnings.WarningMessage]) -> str | None:
 
 def _first_line(e: BaseException) -> str:
     """`Type: first line of the message`, without the terminal colours some errors carry."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    # error_text: the exporters pass on a model's own exception, whose __str__ may raise
+    text = re.sub(r"\x1b\[[0-9;]*m", "", error_text(e)).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
