@@ -242,3 +242,22 @@ def test_t2c3_a_sweep_name_with_a_control_character_is_refused(
         f"error: {path}: name: must hold no control characters (ESC, NUL, tab, newline, ...) "
         f"nor format characters (U+202E, U+200B, ...) (got 's{shown}w')\n"
     )
+
+
+# --- T3 C8: a string axis value holding a control character ended in a pydantic traceback ----
+
+
+def test_c8_an_axis_value_with_a_control_character_is_escaped_in_the_run_name(
+    tmp_path: Path,
+) -> None:
+    # the values are valid; only the run's name, "NAME LABEL", may hold no control character
+    path = sweep_file(
+        tmp_path,
+        '[grid]\n"data.root" = ["a\\tb", "c", "d\\u202e"]\n"run.device" = ["cpu\\n"]\n',
+    )
+    names = [point.exp.run.name for point in load_sweep(path).points]
+    assert names == [
+        "s1 data.root='a\\tb' run.device='cpu\\n'",
+        "s1 data.root=c run.device='cpu\\n'",
+        "s1 data.root='d\\u202e' run.device='cpu\\n'",
+    ]

@@ -45,7 +45,7 @@ from dlperf.config import (
 from dlperf.config.experiment import UNHASHED_RUN_KEYS, RunConfig
 from dlperf.config.loading import key_clash
 from dlperf.errors import UserError
-from dlperf.parsing import flatten, stem_name
+from dlperf.parsing import flatten, has_control, stem_name
 from dlperf.paths import not_regular
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store.names import Made, at_most, check_made_names
@@ -101,10 +101,17 @@ class Point:
     exp: Experiment
 
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.params.items()]
+        parts = [f"{k}={_shown(v)}" for k, v in self.params.items()]
         if self.seed is not None:
             parts.append(f"seed={self.seed}")
         return " ".join(parts)
+
+
+def _shown(value: Any) -> Any:
+    """An axis value as the point's label (and so its run's name) writes it: a text holding a
+    control or format character ("a\\tb", "cpu\\n") as its escaped repr, which run.name
+    takes (written raw, the run's name was refused in a traceback); any other as it is."""
+    return repr(value) if isinstance(value, str) and has_control(value) else value
 
 
 @dataclass
