@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.config import Experiment
+from dlperf.errors import UserError
 from dlperf.sweep import load_sweep
 from tests.conftest import CliResult
 
@@ -261,3 +262,47 @@ def test_c8_an_axis_value_with_a_control_character_is_escaped_in_the_run_name(
         "s1 data.root=c run.device='cpu\\n'",
         "s1 data.root='d\\u202e' run.device='cpu\\n'",
     ]
+
+
+# --- T3 C9: a sweep axis, [set] or --set of a command section's key was used nowhere ---------
+
+_NOT_READ = (
+    "a sweep's points are runs, which do not read it (sweep or set a key of model, data, "
+    "train, augment, target or run)"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            '[grid]\n"scale.steps" = [10, 20]\n',
+            "[grid] 'scale.steps' is a key of dlperf scale's [scale] section",
+        ),
+        (
+            "[zip]\nserve = [{port = 1}, {port = 2}]\n",
+            "[zip] 'serve' is a key of dlperf serve's [serve] section",
+        ),
+        (
+            '[set.export]\nopset = 17\n[grid]\n"train.lr" = [0.1]\n',
+            "[set] 'export.opset' is a key of dlperf export's [export] section",
+        ),
+    ],
+)
+def test_c9_a_sweep_key_of_a_command_section_is_refused(
+    cli: Cli, tmp_path: Path, body: str, said: str
+) -> None:
+    path = sweep_file(tmp_path, body)
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err == f"error: {path}: {said}: {_NOT_READ}\n"
+
+
+def test_c9_set_of_a_command_section_key_is_refused(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, '[grid]\n"train.lr" = [0.1]\n')
+    with pytest.raises(UserError) as caught:
+        load_sweep(path, ["serve.port=9000"])
+    assert str(caught.value) == (
+        f"--set 'serve.port' is a key of dlperf serve's [serve] section: {_NOT_READ}"
+    )
+    assert caught.value.exit_code == 2

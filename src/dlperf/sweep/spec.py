@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dlperf.config import (
+    Commands,
     Count,
     Experiment,
     Section,
@@ -169,6 +170,26 @@ def _check_base(where: str, base_raw: dict[str, Any], first: dict[str, Any]) -> 
             raise alone from None
 
 
+def _check_read(said: str, key: str) -> None:
+    """Refuse an axis's, [set]'s or --set's `key` (`said` names where it is given) in a
+    command's section ([scale], [serve], ...): a point is a run, whose experiment leaves those
+    sections out (build_experiment), so the value was used nowhere and an axis's points were
+    "the same config". Split as a point's keys are (assign), quotes and all."""
+    parts: dict[str, Any] = {}
+    try:
+        assign(parts, key, None, said)
+    except UserError:  # a malformed key: the first point says what is wrong with it
+        return
+    section = next(iter(parts))
+    if section in Commands.model_fields:
+        *some, last = Experiment.model_fields
+        raise UserError(
+            f"{said} {key!r} is a key of dlperf {section}'s [{section}] section: a sweep's "
+            "points are runs, which do not read it",
+            f"sweep or set a key of {', '.join(some)} or {last}",
+        )
+
+
 # How to name a sweep file, in the words of read_toml's refusals.
 _SWEEP_HINT = "give the path of a sweep TOML file"
 
@@ -196,6 +217,9 @@ def _parse(path: Path) -> SweepFile:
         raise validation_message(e, str(path)) from None
     if not spec.grid and not spec.zip:
         raise UserError(f"{path}: no axes to sweep", 'add e.g. [grid] "train.lr" = [0.1, 0.01]')
+    for table, axes in (("grid", spec.grid), ("zip", spec.zip), ("set", flatten(spec.set))):
+        for key in axes:
+            _check_read(f"{path}: [{table}]", key)
     for table, axes in (("grid", spec.grid), ("zip", spec.zip)):
         for key, values in axes.items():
             if not values:
@@ -303,6 +327,7 @@ def load_sweep(
     # --set's keys were split already (a quoted part kept whole): quoted again to stay whole
     fixed = {**flatten(spec.set), **flatten(given, quote=True)}
     for key in flatten(given, quote=True):
+        _check_read("--set", key)
         if key in spec.grid or key in spec.zip or (key == "run.seed" and spec.repeats > 1):
             raise UserError(f"--set {key}: {path} varies it", "drop --set, or edit the sweep file")
     # A file name that is not UTF-8 arrives with lone surrogates, which no store can encode.
