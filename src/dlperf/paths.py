@@ -414,3 +414,12 @@ def locked_folder(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # lets the lock go
+
+
+def one_file(path: Path, other: Path) -> bool:
+    """Whether `path` and `other` name one file: the same inode where both are there (a link,
+    a hard link), else the same real path (one not written yet)."""
+    try:
+        return path.samefile(other)
+    except OSError:
+        return os.path.realpath(path) == os.path.realpath(other)

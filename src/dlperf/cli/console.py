@@ -256,7 +256,27 @@ def _plot_path(path: Path | None) -> Path | None:
     return path
 
 
-PLOT = typer.Option(None, "--plot", help="Save a figure (PNG, PDF, SVG).", callback=_plot_path)
+def _out_file(ctx: typer.Context, param: typer.CallbackParam, path: Path | None) -> Path | None:
+    """An output file refused as it is parsed where it is the run store the command line names
+    (--db, DLPERF_DB, else the default) or a file the store keeps (`reading.not_the_store`)."""
+    if path is not None:
+        from dlperf.store.reading import not_the_store
+
+        not_the_store(path, param.opts[0], ctx.find_root().params.get("db"))
+    return path
+
+
+def _plot_option(ctx: typer.Context, param: typer.CallbackParam, path: Path | None) -> Path | None:
+    return _plot_path(_out_file(ctx, param, path))
+
+
+PLOT = typer.Option(None, "--plot", help="Save a figure (PNG, PDF, SVG).", callback=_plot_option)
+
+
+def out_file(default: Any, help: str, name: str = "--out") -> Any:
+    """An option naming a file to write (`_out_file`): an ONNX file, a figure or a checkpoint
+    saved over the store replaced every run in it."""
+    return typer.Option(default, name, help=help, callback=_out_file)
 
 
 def tell(warnings: list[str], *saved: Path | str | None) -> None:

@@ -75,8 +75,8 @@ def fit(
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
     plot: Path = console.PLOT,
-    to_csv: Path = typer.Option(
-        None, "--to-csv", help="Also write the β table (one row per curve) to this CSV file."
+    to_csv: Path = console.out_file(
+        None, "Also write the β table (one row per curve) to this CSV file.", "--to-csv"
     ),
     as_json: Json = False,
     config: Path = CURVE_CONFIG,

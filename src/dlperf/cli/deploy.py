@@ -44,7 +44,7 @@ def export_cmd(
         help="A stored run ID (its trained weights) or a registry model name (random).",
         show_default=False,
     ),
-    out: Path = typer.Option(..., "--out", help="The ONNX file to write.", show_default=False),
+    out: Path = console.out_file(..., "The ONNX file to write."),
     config: Path = config_option("[export] section"),
     set_: list[str] = set_option("export.rtol=0.01"),
     opset: int = typer.Option(None, "--opset", help="ONNX opset (default: the exporter's)."),

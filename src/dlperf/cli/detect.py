@@ -63,7 +63,7 @@ FLAG_NAMES = {"train.batch_size": "--batch", "detect.ap_method": "--ap"}
 
 @detect_app.command("export")
 def export(
-    out: Path = typer.Option(..., "--out", help="The ONNX file to write."),
+    out: Path = console.out_file(..., "The ONNX file to write."),
     model: str = MODEL,
     weights: Path = WEIGHTS,
     pretrained: bool = PRETRAINED,
@@ -182,7 +182,7 @@ def finetune(
     config: Path = DETECT_CONFIG,
     set_: list[str] = set_option("train.lr=0.05"),
     weights: Path = WEIGHTS,
-    out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
+    out: Path = console.out_file(Path("detector.pt"), "Checkpoint to write."),
     model: str = MODEL_KEY,
     size: int = SIZE,
     epochs: int = typer.Option(None, "--epochs", help="Passes over the train split."),

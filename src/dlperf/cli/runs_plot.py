@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, open_store
+from dlperf.cli.app import Json, open_store, state
 from dlperf.cli.runs import runs_app
 
 
@@ -33,9 +33,11 @@ def runs_plot(
     """
     from dlperf.paths import check_writable, writing
     from dlperf.report.runs import check_out, check_x, plot_runs
+    from dlperf.store.reading import not_the_store
 
     check_x(x)
     path = out if out is not None else Path(f"runs-{'-'.join(map(str, run_ids))}.png")
+    not_the_store(path, "--out", state.db)  # the default name too: a store may have it
     check_out(path)
     check_writable(path, make_parents=False)  # before the store is read
     store = open_store(create=False)

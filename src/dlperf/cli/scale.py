@@ -151,7 +151,7 @@ def run(
         help="Write the job that runs this study on --nnodes nodes instead: slurm | kubernetes "
         "| sagemaker | vertex | azureml.",
     ),
-    out: Path = typer.Option(None, "--out", help="--emit: file to write (default stdout)."),
+    out: Path = console.out_file(None, "--emit: file to write (default stdout)."),
     image: str = typer.Option("dlperf:latest", "--image", help="--emit: container image."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="--emit: GPUs per node."),
     instance_type: str = typer.Option(

@@ -1,4 +1,5 @@
-"""A current SQLite store read with the standard library alone, for `dlperf runs list`.
+"""A current SQLite store read with the standard library alone, for `dlperf runs list`, and
+the guard that keeps an output file off the store (`not_the_store`).
 
 Importing SQLAlchemy doubles the start-up of a listing (bench_startup.py), so a command that
 only lists runs reads a SQLite store through `sqlite3` when it can tell that this gives the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlperf.errors import UserError
-from dlperf.paths import no_file_of_bytes
+from dlperf.paths import no_file_of_bytes, one_file, unnamed_cwd, within
 from dlperf.store.ids import made_store_id
 from dlperf.store.record import RunRecord
 from dlperf.store.urls import missing_slashes
@@ -256,3 +258,73 @@ class SqliteListing:
         if found is None:
             raise UserError(f"no study {study_id} in the store")
         return {"id": found[0], "name": found[1], "kind": found[2], "created": _time(found[3])}
+
+
+def recorded_files(path: Path) -> tuple[str, list[tuple[int, str, str]]] | None:
+    """The store id of the SQLite store file at `path` and the files its runs recorded (run
+    id, kind, path as recorded), read through `sqlite3` without opening the store: nothing is
+    made, migrated or waited for. None where no store is there, or it cannot be read so (a
+    lock held, another program's file, damage): the store's own opening says so, later."""
+    if not path.is_file() or no_file_of_bytes(path):
+        return None
+    try:
+        # As `SqliteListing` reads: read only "mode=ro" left the -wal and -shm files behind
+        with closing(sqlite3.connect(path, timeout=0)) as conn:
+            query = "SELECT value FROM meta WHERE key = ?"
+            found = conn.execute(query, (STORE_ID,)).fetchone()
+            if found is None or not made_store_id(found[0]):
+                return None
+            files = conn.execute("SELECT run_id, kind, path FROM artifacts").fetchall()
+    except sqlite3.Error:
+        return None
+    return found[0], files
+
+
+# The files beside a SQLite store that are the store too: SQLite replays or reads them.
+STORE_NEIGHBOURS = ("-wal", "-shm", "-journal")
+
+
+def not_the_store(path: Path, option: str, db: str | None) -> None:
+    """Refuse, before anything is written, an output `path` given as `option` that would write
+    over the run store `db` names (--db or DLPERF_DB, a SQLite path or URL; None: the default
+    ./dlperf.db): its file, a -wal, -shm or -journal file beside it, or a path inside its runs'
+    folder (dlperf_runs/<store id>/, which holds their checkpoints). An ONNX file or a figure
+    saved over the store replaced every run in it, and an export over a run's checkpoint the
+    checkpoint, exit 0. A link to the store counts (`one_file`). The store is read, never
+    opened or made; a server's store has no file here to write over."""
+    store = sqlite_path(db)
+    # A NUL in the name, or a working directory gone: the write itself says so, its way
+    if store is None or "\0" in str(path) or unnamed_cwd() is not None:
+        return
+    where = f"--db {db}" if db and db.strip() else "the default store ./dlperf.db"
+    for neighbour in ("", *STORE_NEIGHBOURS):
+        if one_file(path, store.with_name(store.name + neighbour)):
+            what = f"the run store's {neighbour[1:]} file" if neighbour else "the run store"
+            raise UserError(f"{option} {path} is {what} ({where})", "give another file")
+    recorded = recorded_files(store)
+    if recorded is None:  # no store there yet, or none readable: no runs' folder known
+        return
+    store_id, files = recorded
+    # Its runs' folder under run.out_dir: the default's from here and from the store's
+    # folder, and wherever the runs recorded files in one
+    folders = {Path.cwd() / "dlperf_runs" / store_id, store.parent / "dlperf_runs" / store_id}
+    folders |= {p for _, _, file in files for p in Path(file).parents if p.name == store_id}
+    for folder in sorted(folders):
+        inside = within(path, folder)
+        if inside is not None:
+            raise UserError(
+                f"{option} {path} is {_held(path, inside, files)} ({where})",
+                f"give a path outside {folder}",
+            )
+
+
+def _held(path: Path, inside: Path, files: list[tuple[int, str, str]]) -> str:
+    """What the store keeps at `path`, `inside` its runs' folder: a run's recorded file, a
+    run's folder, or the folder itself."""
+    for run_id, kind, file in files:
+        if one_file(path, Path(file)):
+            return f"run {run_id}'s {kind}, recorded by the run store"
+    run = re.fullmatch(r"run-(\d+)", inside.parts[0]) if inside.parts else None
+    if run is not None:
+        return f"in run {run.group(1)}'s folder of the run store"
+    return "in the run store's folder of its runs' files"
