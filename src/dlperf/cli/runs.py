@@ -38,7 +38,8 @@ def runs_list(
         None,
         "--where",
         help="Only runs where KEY=VALUE (repeatable): a config key (train.lr=0.1), status, "
-        "kind, name, a summary key, or tag.NAME. Values are read as --set reads them.",
+        "kind, name, a summary key, tag.NAME, or config.KEY (the config alone). Values are "
+        "read as --set reads them.",
         show_default=False,
     ),
     limit: int = typer.Option(50, "--limit", help="Newest N runs (of those --where selects)."),
