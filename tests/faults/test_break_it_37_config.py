@@ -20,6 +20,10 @@ C5: a sweep axis or [set] key written twice, quoted and bare, kept the later wit
 C7: a sweep file or base that is there but is not a regular file was "no such ... file".
 
 T2 C3: a sweep `name` holding a control character ended in a pydantic traceback.
+
+C8: a text axis value holding one (data.root = ["a\\tb"]) did too, as the point's run was
+named; the label writes it escaped. C9: an axis, [set] or --set key of a command's section
+(scale.*, serve.*) was used nowhere; it is refused. F7's: a base holding a NUL was a traceback.
 """
 
 from __future__ import annotations
@@ -306,3 +310,16 @@ def test_c9_set_of_a_command_section_key_is_refused(tmp_path: Path) -> None:
         f"--set 'serve.port' is a key of dlperf serve's [serve] section: {_NOT_READ}"
     )
     assert caught.value.exit_code == 2
+
+
+# --- F7's: a base holding a NUL ended in "ValueError: embedded null byte" ----------------------
+
+
+def test_a_base_holding_a_nul_is_no_such_file(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "s1.toml"
+    path.write_text('base = "a\\u0000b"\n[grid]\n"train.lr" = [0.1]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2
+    assert result.err.startswith(
+        f"error: {path}: base 'a\\x00b': no such experiment file (looked for "
+    )

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +137,8 @@ def _read_base(path: Path, base: str) -> tuple[Path, dict[str, Any]]:
     if found is None:
         raise UserError(
             f"{path}: base {base!r}: no such experiment file",
-            f"looked for {candidates[0]} and {candidates[1].resolve()}",
+            # abspath, not resolve(): a NUL in `base` is no file, but resolve() raised
+            f"looked for {candidates[0]} and {os.path.abspath(base)}",
         )
     try:
         raw = read_toml(found)
