@@ -996,10 +996,11 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return [register_module_forward_pre_hook(entered), leaving]
 
     def not_run(self) -> list[NotRun]:
-        """The outermost modules whose parameters no row counts: a module whose every
-        parameter is uncounted stands for its submodules; one whose submodules ran in part
-        is named for its own uncounted parameters only. A module that ran is named for its
-        own parameters that no row counts (`ran`): it ran on others in their place
+        """The outermost modules whose parameters no row counts: a module under which no
+        module ran and no parameter is counted stands for its submodules; one whose
+        submodules ran in part (a ReLU with no parameters too) is named for its own
+        uncounted parameters only, its submodules each for theirs. A module that ran is named
+        for its own parameters that no row counts (`ran`): it ran on others in their place
         (torch.func.functional_call), its row counting those."""
         found: list[NotRun] = []
         counted = set(self.claimed)
@@ -1017,7 +1018,10 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             subtree = list(module.named_parameters())
             if all(id(p) in counted for _, p in subtree):
                 continue
-            if all(id(p) not in counted for _, p in subtree):
+            # a member without parameters that ran (a ReLU) says the container ran in part
+            below = f"{name}." if name else ""
+            ran_below = any(ran.startswith(below) for ran in self.ran)
+            if not ran_below and all(id(p) not in counted for _, p in subtree):
                 whole.append(name)
                 left = subtree
             else:
