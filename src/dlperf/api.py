@@ -860,8 +860,12 @@ def analyze(
 
 
 def _told(analysis: Analysis) -> AnalysisResult:
-    """`analysis` as a result, after the warnings `dlperf analyze` prints of what it leaves
-    out, as Python warnings: a notebook shows them, a program may filter them."""
+    """`analysis` as a result, after the warnings `dlperf analyze` prints, as Python
+    warnings: a notebook shows them, a program may filter them. What the model's file did to
+    the process (put back) is a RuntimeWarning, as from create_model; what the count leaves
+    out a UserWarning."""
+    for said in analysis.model_notes:
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
     for note in (analysis.unsupported_note(), analysis.activations_note()):
         if note:
             warnings.warn(note, UserWarning, stacklevel=3)  # at the caller of dlperf.analyze

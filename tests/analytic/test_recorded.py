@@ -70,6 +70,7 @@ def test_predict_refuses_before_counting_or_opening_the_store(
 class FakeAnalysis:
     kept = None  # a float32 model: predict notes nothing of its dtype
     complex_dtypes = ()  # nor of complex arithmetic
+    model_notes = ()  # nor of what its model file did to the process
 
     def __init__(self, note: str | None) -> None:
         self.note = note

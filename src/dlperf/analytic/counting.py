@@ -225,6 +225,9 @@ class Analysis:
     unregistered: str | None = None
     """A warning that the model keeps layers in a plain list, tuple or dict, unregistered:
     their MACs are counted, their parameters are not (registry.unregistered_note)."""
+    model_notes: list[str] = field(default_factory=list)
+    """What the model's file did to the process as it was imported or its factory ran, put
+    back, one line each (models.registry.noting), for the caller to tell as run tells them."""
 
     def macs_of(self, layer: Layer) -> int:
         return (
@@ -2380,7 +2383,7 @@ def analyze(
     activation and MAC counts include. With `transfer` "feature-extract" the backbone is
     frozen as a run would freeze it (no weights needed): only the head is trainable.
     `command` (analyze, predict) names the command counting in a refusal."""
-    from dlperf.models.registry import check_automatic, without_automatic
+    from dlperf.models.registry import check_automatic, noting, without_automatic
 
     check_options(batch, train, precision, activations, macs_convention, command)
     check_default_dtype()  # the model is built in it
@@ -2400,9 +2403,12 @@ def analyze(
     said = f"the input {shape} has {shape[0]} channel{'s' if shape[0] != 1 else ''}"
     hint = "drop model.kwargs.in_channels: analyze takes it from analyze.input (C,H,W)"
     check_automatic(kwargs, "in_channels", shape[0], said, hint)
-    model, classes, source, arguments = build_model(
-        name, shape, num_classes, **without_automatic(kwargs)
-    )
+    # Collected, not warned: a RuntimeWarning raised inside the factory's call (python -W
+    # error) failed it as "factory ... failed", for a change dlperf had already put back
+    with noting() as notes:
+        model, classes, source, arguments = build_model(
+            name, shape, num_classes, **without_automatic(kwargs)
+        )
     source = "model.kwargs" if from_kwargs else source
     with nesting_told(model):  # freeze_backbone walks its modules
         if transfer == "feature-extract":
@@ -2421,6 +2427,7 @@ def analyze(
         a.classes_note = note
         classes, source = a.output_width, f"its output's width; it was given {classes}, unused"
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
+    a.model_notes = list(dict.fromkeys(notes))  # once each: a meta build retried for real
     return a
 
 

@@ -93,9 +93,9 @@ def predict_model(
         model, input_shape, batch, train, precision, classes, model_kwargs=model_kwargs,
         command="predict",
     )  # fmt: skip
-    note = a.unsupported_note()
-    if note:
-        reporter.log(f"warning: {note}")
+    for note in (*a.model_notes, a.unsupported_note()):
+        if note:
+            reporter.log(f"warning: {note}")
     if a.kept is not None:  # as analyze's precision convention says it
         done = "counted and measured" if measure else "counted"
         reporter.log(f"note: {model} {done} as built: {kept_note(a.kept)}")
@@ -179,7 +179,7 @@ def measure_recorded(
     calibrated with other than this run's threads is warned of. `peak_tflops` and `flops` go
     to predict_with_basis."""
     from dlperf.models import create_model
-    from dlperf.models.registry import without_automatic
+    from dlperf.models.registry import noting, without_automatic
 
     reporter = reporter or NullReporter()
     device = pick_device("auto")
@@ -193,7 +193,11 @@ def measure_recorded(
     a = analysis
     # analyze has checked model_kwargs' num_classes and in_channels against the counted ones
     kwargs = without_automatic(model_kwargs or {})
-    real = create_model(model, num_classes=a.classes, in_channels=a.input[0], **kwargs)
+    with noting() as notes:  # as analyze's build: told, not raised as a RuntimeWarning
+        real = create_model(model, num_classes=a.classes, in_channels=a.input[0], **kwargs)
+    for note in dict.fromkeys(notes):
+        if note not in a.model_notes:  # said once, of the count's build
+            reporter.log(f"warning: {note}")
     config = {
         # the layout of an experiment's config, for `runs list`
         "model": {"name": model, **({"kwargs": kwargs} if kwargs else {})},

@@ -125,7 +125,7 @@ def analyze(
         opts.activations, macs_convention=opts.macs_convention, transfer=exp.model.transfer,
         model_kwargs=exp.model.kwargs,
     )  # fmt: skip
-    for note in (a.unsupported_note(), a.activations_note()):
+    for note in (*a.model_notes, a.unsupported_note(), a.activations_note()):
         if note:
             console.warn(note)
     result = a.to_dict()

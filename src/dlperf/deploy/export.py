@@ -227,7 +227,10 @@ def resolve(
     reporter: Reporter | None = None,
 ) -> Source:
     """RUN_ID (all digits) or a registry name built with `model_kwargs`; the store is opened
-    only for a run, whose data's load `reporter` hears."""
+    only for a run, whose data's load `reporter` hears. What a model file did to the process
+    as it was built, put back, is among the source's warnings (`export` tells them)."""
+    from dlperf.models.registry import noting
+
     if spec.isdigit():
         if input_shape is not None or num_classes is not None:
             raise UserError(
@@ -235,7 +238,12 @@ def resolve(
                 "a run's input and classes come from its data",
             )
         return from_run(open_store(), int(spec), reporter)
-    return from_registry(spec, input_shape, num_classes, model_kwargs, from_user=True)
+    # Collected, not warned: a RuntimeWarning raised inside the factory's call (python -W
+    # error) failed it as "factory ... failed", for a change dlperf had already put back
+    with noting() as notes:
+        source = from_registry(spec, input_shape, num_classes, model_kwargs, from_user=True)
+    source.warnings[:0] = dict.fromkeys(notes)
+    return source
 
 
 def check_model(path: Path) -> None:
