@@ -159,6 +159,12 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
         )
     if path.is_file():
         for name, fields in _read_file(path).items():
+            if "name" in fields:  # it collided with the table's name in Device(name=...)
+                raise UserError(
+                    f"device {name}: 'name' is not a key of a device entry (the table's "
+                    f"[{name}] is its name)",
+                    f"see {path}",
+                )
             entries[name] = {**entries.get(name, {}), **fields}
     catalog: dict[str, Device] = {}
     for name, fields in entries.items():
