@@ -30,15 +30,16 @@ def _stored(store: RunStore, system: dict[str, Any] | None = None, **summary: An
 
 
 def test_a_loss_rise_reads_past_its_threshold(cli: Callable[..., CliResult], db: str) -> None:
-    """The tester's repro: a tracked run whose epoch loss rose by x1.104 (threshold x1.1)."""
+    """The tester's repro: a tracked run whose epoch loss rose by x1.104 (threshold x1.1). Its
+    rows are at the steps its loop gave (round 38: not "epoch 1")."""
     with dlperf.track("r", config={"train": {"lr": 0.1, "epochs": 2}}, store=db) as r:
         r.log(1, **{"epoch/train_loss": 1.0})
         r.log(2, **{"epoch/train_loss": 1.104})
     result = cli("doctor", "1")
     assert result.code == 0, result.err
     assert (
-        "  warning  lr-too-high: epoch/train_loss rose from 1.0000 (epoch 1) to 1.1040 "
-        "(epoch 2) (x1.104 > x1.1) at train.lr 0.1\n"
+        "  warning  lr-too-high: epoch/train_loss rose from 1.0000 (step 1) to 1.1040 "
+        "(step 2) (x1.104 > x1.1) at train.lr 0.1\n"
     ) in result.out
 
 

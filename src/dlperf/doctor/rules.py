@@ -730,7 +730,9 @@ def diverged(run: RunView) -> list[Issue]:
         bad = _nonfinite(run.metric(key))
         if bad:
             step, value = bad[0]
-            unit = "step" if key.startswith("train/") else "epoch"
+            # The engine logs epoch/* and val/* per epoch; a dlperf.track run's keys are all at
+            # the steps its loop gave.
+            unit = "step" if key.startswith("train/") or tracked(run.run) else "epoch"
             return [
                 Issue(
                     "error",
@@ -748,9 +750,10 @@ def lr_too_high(run: RunView) -> list[Issue]:
     epochs = [(e, v) for e, v in run.metric("epoch/train_loss") if math.isfinite(v)]
     if len(epochs) >= 2:
         (first_at, first), (last_at, last) = epochs[0], epochs[-1]
+        unit = "step" if tracked(run.run) else "epoch"  # a tracked loop's rows: at its steps
         what = (
-            f"epoch/train_loss rose from {first:.4f} (epoch {first_at}) to {last:.4f} "
-            f"(epoch {last_at})"
+            f"epoch/train_loss rose from {first:.4f} ({unit} {first_at}) to {last:.4f} "
+            f"({unit} {last_at})"
         )
     else:
         losses = [v for _, v in run.metric("train/loss")]
