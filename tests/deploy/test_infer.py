@@ -108,7 +108,7 @@ def test_bench_contender_from_registry_and_without_store(exported: Exported) -> 
         raise UserError("no run store here")
 
     # --torch MODEL: a registry model sized from the ONNX file's input and output.
-    model = pytorch_contender(exported.path, "resnet20", no_store)
+    model = pytorch_contender(exported.path, "smallcnn", no_store)
     assert model is not None and model(torch.zeros(1, 1, 8, 8)).shape == (1, 10)
     # No --torch and the run is out of reach: the metadata's registry model, random weights.
     messages: list[str] = []

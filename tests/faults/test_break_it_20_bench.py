@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 from dlperf.deploy import bench
 from dlperf.deploy import meta as meta_io
 from tests.conftest import CliResult, TrainedRun
-from tests.deploy.test_bench import Recorder
+from tests.deploy.test_bench import Recorder, holding_tensors_of
 from tests.deploy.test_server import OPSET
 from tests.faults.test_break_it_19_return import NET, _train_file_model
 
@@ -56,7 +56,7 @@ def _smallcnn_onnx(path: Path, run_id: int, channels: int, classes: int) -> Path
     )
     described.model_kwargs = {}  # as export records them since round 25: none given
     meta_io.save(path, described)
-    return path
+    return holding_tensors_of(path, "smallcnn", (channels, 8, 8), classes)
 
 
 # --- a: the store's run of that id is not a training run ---------------------------------------
