@@ -49,7 +49,7 @@ def session(
         # command's data: kept from it, and said as a warning where the CPU then served.
         with contextlib.redirect_stdout(printed):
             made = ort.InferenceSession(
-                str(path),
+                in_memory(path),
                 options,
                 providers=providers([] if cpu else ort.get_available_providers()),
             )
@@ -68,6 +68,41 @@ def session(
             ) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
+
+
+# Protobuf serializes no message of 2 GiB or more: a model with its weights over that cannot
+# be handed to ONNX Runtime as one message, and its weights file stays mapped.
+PROTOBUF_LIMIT = 2**31 - 2**20
+
+
+def in_memory(path: Path) -> str | bytes:
+    """The model at `path` with its external weights (MODEL.onnx.data) read into memory, or
+    its path where it has none or is too big (PROTOBUF_LIMIT). ONNX Runtime memory-maps an
+    external weights file: a write in place (cp, an editor) then changes every answer of a
+    running `serve`, and emptying the file kills it with SIGBUS. Read now, the weights are
+    those checked at start, whatever the file becomes. A file onnx cannot read is left to
+    ONNX Runtime, whose error `session` reports."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+        files = {
+            path.parent / entry.value
+            for tensor in proto.graph.initializer
+            if uses_external_data(tensor)
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+        if not files or path.stat().st_size + sum(f.stat().st_size for f in files) >= (
+            PROTOBUF_LIMIT
+        ):
+            return str(path)
+        load_external_data_for_model(proto, str(path.parent))
+        serialized: bytes = proto.SerializeToString()
+        return serialized
+    except Exception:  # onnx's own errors (DecodeError, a missing file): ONNX Runtime's say
+        return str(path)
 
 
 def open_model(
