@@ -204,7 +204,10 @@ def _scaled(form: str, p: np.ndarray, scale: float, level: float = 1.0) -> np.nd
     both scaled to ~1); `_scaled(form, p, 1 / scale, 1 / level)` goes back."""
     if form == "optimus":
         return np.array([p[0] / (scale * level), p[1] / level, p[2] * level])
-    return np.array([p[0] * level * scale ** p[1], p[1], p[2] * level])
+    # A refit of a rising curve can be a step (b ~ 1e7): a = a'·scale^b passes what a float
+    # holds, inf (nan for a' = 0), which `bootstrap` leaves out; NumPy's warning is no one's.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.array([p[0] * level * scale ** p[1], p[1], p[2] * level])
 
 
 def step_scale(form: str, k: np.ndarray) -> float:
@@ -422,8 +425,9 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
 def bootstrap(
     k: np.ndarray, y: np.ndarray, form: str, p: np.ndarray, n: int = N_BOOT, seed: int = 0
 ) -> np.ndarray:
-    """Parameter samples (n, 3) by resampling the residuals of the fit and refitting; of the
-    bins `fit` fitted when there are more than MAX_POINTS points."""
+    """Parameter samples (up to n, 3) by resampling the residuals of the fit and refitting; of
+    the bins `fit` fitted when there are more than MAX_POINTS points. Refits whose parameters
+    a float cannot hold (`_scaled`) are left out: n less the rows returned."""
     y = np.asarray(y, float)
     level = value_scale(y)  # of every point, as `fit` takes it (the bins may lose a spike)
     k, y = thinned(np.asarray(k, float), y)
@@ -439,13 +443,16 @@ def bootstrap(
     for i in range(n):
         y_star = np.maximum(fitted + rng.choice(resid, size=len(y), replace=True), 0.0)
         samples[i] = _scaled(form, _refine(form, k / scale, y_star, w, start).x, scale, level)
-    return samples
+    return samples[np.all(np.isfinite(samples), axis=1)]
 
 
 def intervals(samples: np.ndarray, form: str, point: np.ndarray) -> dict[str, tuple[float, float]]:
     """90% percentile interval of each parameter, widened to hold the fit's own `point`: a
     point on a bound (β2 = 0) can have every refit on one side of it, and an interval that
-    excludes its point contradicts itself."""
+    excludes its point contradicts itself. With no refits (every one past a float's range,
+    `bootstrap`), each is [0, inf): all a coefficient (≥ 0) may be, cannot tell."""
+    if not len(samples):
+        return dict.fromkeys(PARAMS[form], (0.0, math.inf))
     lo, hi = np.percentile(samples, [5, 95], axis=0)
     lo, hi = np.minimum(lo, point), np.maximum(hi, point)
     return {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(PARAMS[form])}
@@ -522,8 +529,11 @@ def predict(
     predicted = reported_step(k_hat, whole) if reachable else None
     interval = None
     if reachable:
-        # No interpolation, so that samples that never reach the target give an inf bound.
-        reach = steps_to(form, samples, goal, first)
+        # No interpolation, so that samples that never reach the target give an inf bound;
+        # with none (`bootstrap` left every refit out) from `first` on, cannot tell.
+        reach = (
+            steps_to(form, samples, goal, first) if len(samples) else np.array([first, math.inf])
+        )
         lo = np.percentile(reach, 5, method="lower")
         hi = np.percentile(reach, 95, method="higher")
         # Widened to hold the point, as `intervals` does.
@@ -713,17 +723,28 @@ class FitReport:
     samples: dict[str, np.ndarray]  # bootstrap parameter samples, by form
     ci: dict[str, dict[str, tuple[float, float]]]
     heldout: dict[str, float | int | str]
+    # bootstrap refits left out of the intervals, by form: past a float's range (`bootstrap`)
+    dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def note(self) -> str | None:
-        """What the fits were made on, when the window held more than MAX_POINTS points."""
+        """What the fits were made on, when the window held more than MAX_POINTS points, and
+        how many refits the intervals left out."""
+        said = []
         fitted = self.fits["optimus"]
-        if fitted.binned is None:
-            return None
-        return (
-            f"{self.curve.label}: fitted {fitted.binned:,} bins of {fitted.n_points:,} points "
-            "(each bin's median step and value; the first and last points as they are)"
-        )
+        if fitted.binned is not None:
+            said.append(
+                f"{self.curve.label}: fitted {fitted.binned:,} bins of {fitted.n_points:,} "
+                "points (each bin's median step and value; the first and last points as they are)"
+            )
+        for form, left_out in self.dropped.items():
+            if left_out:
+                asked = left_out + len(self.samples[form])
+                said.append(
+                    f"{self.curve.label}: {left_out} of {asked} {form} bootstrap refits left out "
+                    "of its intervals: their coefficients pass what a float holds"
+                )
+        return "; ".join(said) or None
 
 
 def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitReport:
@@ -734,14 +755,15 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     if unfit is not None:
         raise unfit
     k, y = curve.steps, to_decreasing(curve.values, metric)
-    fits, params, samples, ci = {}, {}, {}, {}
+    fits, params, samples, ci, dropped = {}, {}, {}, {}, {}
     for form in PARAMS:
         fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
         if n_boot:
             samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
             ci[form] = intervals(samples[form], form, params[form])
+            dropped[form] = n_boot - len(samples[form])
     heldout = compare_forms(k, y, n_fit)
-    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout)
+    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout, dropped)
 
 
 def check_values(curve: Curve, metric: str) -> None:

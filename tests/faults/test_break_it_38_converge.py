@@ -1,0 +1,63 @@
+"""Break-it round 38, T2 cause C1: `converge fit` of a rising curve.
+
+C1. A loss that rises (3 − (1/(0.002k + 0.5) + 0.3), steps 10 to 1000) was warned as a flat
+fit, and then NumPy's own "overflow encountered in scalar power" and "invalid value encountered
+in subtract" came on stderr, and the power form's a had the interval nan–nan (JSON [null,
+null]): every bootstrap refit was a step (b ~ 1e7), whose a = a'·10^b passes what a float
+holds. Now such refits are left out of the intervals and counted in a note; with none left,
+the interval is [0, inf) (cannot tell), never nan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.converge import curve
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# --- C1: a rising curve's bootstrap -----------------------------------------------------------
+
+STEPS = np.arange(10.0, 1001.0, 10.0)
+RISING = 3 - (1 / (0.002 * STEPS + 0.5) + 0.3)
+
+
+@pytest.mark.usefixtures("fewer_bootstrap_fits")
+def test_fit_of_a_rising_curve_says_it_without_numpy_warnings(cli: Cli, tmp_path: Path) -> None:
+    """The report's curve, by the command: the flat warning and a note of the refits left
+    out, no raw NumPy warning, and every interval a number or an open end."""
+    path = tmp_path / "rise.csv"
+    rows = "".join(f"{k:g},{float(v)!r}\n" for k, v in zip(STEPS, RISING, strict=True))
+    path.write_text("step,loss\n" + rows)
+    args = ("converge", "fit", "--csv", str(path), "--x", "step", "--y", "loss")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = cli(*args)
+        doc = json.loads(cli(*args, "--json").out)
+    assert r.code == 0, r.err
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []
+    assert "the power fit is flat" in r.err
+    assert "note: rise.csv: 20 of 20 power bootstrap refits left out" in r.err
+    assert "nan" not in r.out
+    assert doc["power"]["ci"]["a"] == [0.0, None]  # [0, inf): cannot tell
+    assert all(low is not None for low, _ in doc["power"]["ci"].values())
+
+
+def test_a_bootstrap_keeps_only_refits_a_float_holds() -> None:
+    _, p = curve.fit(STEPS, RISING, "power")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        samples = curve.bootstrap(STEPS, RISING, "power", p, n=5)
+    assert samples.shape == (0, 3)
+    assert curve.intervals(samples, "power", p) == dict.fromkeys("abc", (0.0, math.inf))
+    goal = float(p[2]) + 0.1  # above the flat fit: reached from the first step
+    reach = curve.predict("power", p, samples, goal, "loss", first=10.0)
+    assert reach.reachable and reach.interval == (10.0, math.inf)
