@@ -149,7 +149,8 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
     async def model_statistics() -> dict[str, Any]:
         return stats.document(model.name)
 
-    # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
+    # Before the model's routes: /v2/models/{name} would take "stats" for a model's name (a
+    # model named so is refused as the server starts: ServedModel).
     app.add_api_route("/v2/models/stats", model_statistics, methods=["GET"])
 
     async def model_metadata() -> dict[str, Any]:

@@ -107,7 +107,16 @@ class ServedModel:
 
     def __init__(self, path: Path, threads: int | None) -> None:
         self.name = path.stem
-        self.meta = meta_io.find(path)
+        self.meta = meta_io.find(path)  # first: a file that is no model is told so
+        if self.name == "stats":
+            # Served, GET /v2/models/stats answered the statistics, and a client reading the
+            # model's inputs from its metadata (tritonclient, perf_analyzer) got none.
+            raise UserError(
+                f"{path}: a model named 'stats' cannot be served: GET /v2/models/stats is the "
+                "statistics of every model (Triton's statistics extension), not this model's "
+                "metadata",
+                "rename the file: the model's name is the file's name without its extension",
+            )
         self.task = self.meta.task if self.meta else None
         self.session = runtime.session(path, threads)
         self.inputs = self.session.get_inputs()
