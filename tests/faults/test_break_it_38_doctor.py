@@ -9,6 +9,11 @@ C3: doctor's `diverged` said a dlperf.track run's val/loss was NaN "at epoch 200
 "epoch": 200) where 200 is the step the user's loop logged it at; `lr-too-high` said the same of
 a tracked run's epoch/train_loss ("rose from 2.0000 (epoch 100)"). A tracked run's keys are all
 at the steps its loop gave, as chance-accuracy already said: both say "step" of one now.
+
+C9: `--device "MY GPU"` with a device file holding both [My GPU] and [my gpu] silently predicted
+with the last of the two (the case-insensitive lookup kept one key per lower-case name). A name
+that matches two entries only when case is ignored is refused naming them, exit 2; a name
+spelled as one of them still picks it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pathlib import Path
 import pytest
 
 import dlperf
+from dlperf.analytic.devices import get_device
+from dlperf.errors import UserError
 from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult
 
@@ -79,3 +86,31 @@ def test_a_tracked_runs_rising_epoch_train_loss_is_at_steps(cli: Cli, db: str) -
         "warning  lr-too-high: epoch/train_loss rose from 2.0000 (step 100) to 4.0000 "
         "(step 300) (x2.00 > x1.1) at train.lr 5.0"
     ]
+
+
+# The tester's dev_sp.toml: two entries whose names differ only in case.
+TWINS = """
+["My GPU"]
+peak_tflops = { fp32 = 10.0 }
+memory_bandwidth_gbs = 100
+source = "me"
+date = "2026"
+["my gpu"]
+peak_tflops = { fp32 = 20.0 }
+memory_bandwidth_gbs = 100
+source = "me2"
+date = "2026"
+"""
+
+
+def test_a_device_name_matching_case_twins_is_refused(tmp_path: Path) -> None:
+    """Before: --device "MY GPU" predicted with [my gpu], the last twin, and said nothing."""
+    path = tmp_path / "devices.toml"
+    path.write_text(TWINS)
+    with pytest.raises(UserError) as e:
+        get_device("MY GPU", path)
+    assert str(e.value) == (
+        "device 'MY GPU' is ambiguous: 'My GPU' or 'my gpu' (give it as spelled)"
+    )
+    assert get_device("My GPU", path).source == "me"
+    assert get_device("my gpu", path).source == "me2"

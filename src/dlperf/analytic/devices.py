@@ -181,9 +181,14 @@ def get_device(name: str, path: Path | None = None) -> Device:
     catalog = load_catalog(path)
     if name in catalog:
         return catalog[name]
-    lower = {k.lower(): k for k in catalog}
-    if name.lower() in lower:
-        return catalog[lower[name.lower()]]
+    # Every entry the name matches ignoring case: a file with [My GPU] and [my gpu] kept only
+    # the last of the two under one lower-case key, and "MY GPU" silently picked it.
+    matches = [k for k in catalog if k.lower() == name.lower()]
+    if len(matches) == 1:
+        return catalog[matches[0]]
+    if matches:
+        said = ", ".join(f"'{k}'" for k in matches[:-1]) + f" or '{matches[-1]}'"
+        raise UserError(f"device '{name}' is ambiguous: {said}", "give it as spelled")
     hint = did_you_mean(name, catalog, "see `dlperf devices`", n=3, cutoff=0.4)
     raise UserError(f"unknown device '{name}'", hint)
 
