@@ -16,7 +16,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, default_command_group, set_option
 from dlperf.errors import UserError
-from dlperf.parsing import parse_list
+from dlperf.parsing import one_line, parse_list
 
 if TYPE_CHECKING:
     from dlperf.deploy.loadgen import LevelResult
@@ -129,9 +129,12 @@ def start(
     served = server_app.state.model
     url = client_url(opts.host, sock.getsockname()[1])
     listening = f" (listening on every interface, {opts.host})" if is_wildcard(opts.host) else ""
+    # One line: the name is the file's stem, and the note may name the graph's inputs.
     console.err_line(
-        f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
-        f"{served.note}) on {url}{listening} - Ctrl-C stops after the queued requests"
+        one_line(
+            f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
+            f"{served.note}) on {url}{listening} - Ctrl-C stops after the queued requests"
+        )
     )
     if served.said is not None:
         console.err_line(f"note: {served.said}")
