@@ -18,7 +18,8 @@ it is answered 503 as it opens, without waiting for its request, and closed when
 closes or REFUSED_LINGER_S has passed). A stop reads what had arrived before it decides: a
 whole request is served, one still arriving answered 503 (`_GuardedH11.shutdown`). An answer sent
 before its request's body arrived (a 413 for a Content-Length over the limit, a 404) says
-`Connection: close` and ends the connection, with no second answer. A request asking to upgrade
+`Connection: close` and ends the connection, with no second answer; so does a request with both
+Content-Length and Transfer-Encoding, answered 400. A request asking to upgrade
 its connection (h2c, websocket) is answered as HTTP/1.1, said once per server. A server out of
 files says so once, and again when it accepts connections again (`_AcceptWatch`).
 
@@ -426,9 +427,25 @@ class _EarlyClosing(h11.Connection):
     connection still owed the refused body: a client that took the answer as final (one that
     sent `Expect: 100-continue` sends no body after it) had its next request read as that
     body, and the read deadline then answered it a second time, 408. h11's own state is left
-    keep-alive, so that uvicorn does not close at once: `_GuardedH11` closes it gracefully."""
+    keep-alive, so that uvicorn does not close at once: `_GuardedH11` closes it gracefully.
+
+    A request framed twice, by Content-Length and by Transfer-Encoding, is refused as h11
+    refuses two Content-Lengths (uvicorn answers 400 and closes): h11 read its body as chunked
+    and kept the connection, where a proxy in front that reads the Content-Length takes the
+    rest for the next request (request smuggling; RFC 9112 §6.1 has the server close)."""
 
     answered_early = False
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        event = super().next_event()
+        if type(event) is h11.Request:
+            names = {name for name, _ in event.headers}
+            if {b"content-length", b"transfer-encoding"} <= names:
+                raise h11.RemoteProtocolError(
+                    "a request with both Content-Length and Transfer-Encoding",
+                    error_status_hint=400,
+                )
+        return event
 
     # h11 declares send() once per kind of event (overloads); this one is the same for each.
     def send(self, event: h11.Event) -> bytes | None:  # type: ignore[override]
