@@ -8,6 +8,8 @@ name (its stem is the model's name).
 C3: a request with both Content-Length and Transfer-Encoding: chunked was answered and its
 connection kept open, the body read as chunked: a front proxy that reads the Content-Length
 sees the rest as the next request (the CL.TE desync). RFC 9112 §6.1: the server MUST close it.
+C6: two Inference-Header-Content-Length fields of different values: the first was used
+silently (200), or the JSON header blamed (400 "Invalid JSON ... column 7").
 
 A real server on 127.0.0.1 (`dlperf serve`'s, uvicorn in a thread), raw sockets as clients.
 """
@@ -27,7 +29,7 @@ from dlperf.deploy.server import create_app
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 from tests.deploy.test_server import infer_body, tiny_classifier
-from tests.deploy.test_server_limits import connect, read_until_closed, serving
+from tests.deploy.test_server_limits import answer, connect, read_until_closed, serving
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +95,47 @@ def test_content_length_with_chunked_is_refused_and_the_connection_closed(url: s
     assert received.startswith(b"HTTP/1.1 400 "), received
     assert received.count(b"HTTP/1.1") == 1, received
     assert b"\r\nconnection: close\r\n" in received.lower(), received
+
+
+def binary_request(lengths: tuple[int, ...]) -> tuple[bytes, int]:
+    """A binary-tensor infer with an Inference-Header-Content-Length field per length, and
+    the length of its JSON header."""
+    x = np.ones((1, 3, 8, 8), np.float32)
+    spec = {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32"}
+    spec["parameters"] = {"binary_data_size": x.nbytes}
+    header = json.dumps({"inputs": [spec]}).encode()
+    body = header + x.tobytes()
+    fields = b"".join(b"Inference-Header-Content-Length: %d\r\n" % n for n in lengths)
+    head = (
+        b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n%s\r\n" % (len(body), fields)
+    )
+    return head + body, len(header)
+
+
+def send(url: str, request: bytes) -> tuple[int, dict[str, str]]:
+    with connect(url) as sock:
+        sock.sendall(request)
+        status, _, body = answer(read_until_closed(sock))
+    return status, body
+
+
+@pytest.mark.parametrize("order", ["right first", "wrong first"])
+def test_two_different_header_lengths_are_refused_by_name(url: str, order: str) -> None:
+    _, right = binary_request(())
+    lengths = (right, 7) if order == "right first" else (7, right)
+    status, body = send(url, binary_request(lengths)[0])
+    first, second = lengths
+    assert (status, body) == (
+        400,
+        {
+            "error": f"Inference-Header-Content-Length is given twice, '{first}' and "
+            f"'{second}'; send it once"
+        },
+    )
+
+
+def test_the_same_header_length_twice_is_taken_as_one(url: str) -> None:
+    _, right = binary_request(())
+    status, body = send(url, binary_request((right, right))[0])
+    assert status == 200, body

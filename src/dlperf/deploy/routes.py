@@ -34,6 +34,7 @@ from dlperf.deploy.protocol import (
 )
 from dlperf.deploy.serve_metrics import Metrics, Phases, Statistics
 from dlperf.deploy.served_model import ServedModel
+from dlperf.errors import UserError
 from dlperf.version import dlperf_version
 
 RETRY_AFTER_S = 1
@@ -71,6 +72,18 @@ def refuse_encoded(request: Request) -> None:
     if applied:
         said = ", ".join(applied)
         raise HTTPException(415, f"Content-Encoding {said} is not accepted; send it plain")
+
+
+def header_length(request: Request) -> str | None:
+    """The request's Inference-Header-Content-Length, None where it has none; refused when
+    given with different values: taking the first split the body where a proxy or a client
+    that keeps the last would not, between the JSON and the binary data."""
+    values = list(dict.fromkeys(request.headers.getlist(HEADER_LENGTH)))
+    if len(values) > 1:
+        said = " and ".join(repr(v) for v in values)
+        times = "twice" if len(values) == 2 else f"{len(values)} times"
+        raise UserError(f"{HEADER_LENGTH} is given {times}, {said}; send it once")
+    return values[0] if values else None
 
 
 class OriginForm:
@@ -166,7 +179,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
     async def infer_tensors(request: Request) -> Response:
         refuse_encoded(request)
         with stats.request() as phases:
-            header, binary = split(await request.body(), request.headers.get(HEADER_LENGTH))
+            header, binary = split(await request.body(), header_length(request))
             with phases.timing("compute_input"):
                 parsed = parse(InferRequest, header)
                 wanted = model.requested(parsed)
