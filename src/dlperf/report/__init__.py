@@ -43,6 +43,8 @@ def _writable_config() -> None:
 _writable_config()
 
 from matplotlib.figure import Figure  # noqa: E402 (after the folders are settled: its import looks)
+from matplotlib.text import Text  # noqa: E402
+from matplotlib.ticker import LogFormatter, ScalarFormatter  # noqa: E402
 
 # A name the figures' font (DejaVu Sans) has no glyph for (a class folder named 猫) is drawn
 # as a box; matplotlib also warned, once per draw and save, with its own source lines: eight
@@ -50,10 +52,37 @@ from matplotlib.figure import Figure  # noqa: E402 (after the folders are settle
 warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
 
 
+def literal_text(fig: Figure) -> None:
+    """Have matplotlib draw every text on `fig` as written. A `$` pair in a run name, metric
+    key or file name is the user's text, not maths markup: parsed, `train/a$b$c` was drawn as
+    "train/abc" in italics and `bad $\\foo{$` ended the command in a ParseFatalException.
+    Tick labels that matplotlib's own formatters write from numbers keep their maths (10^3 on
+    a log axis); labels given to set_xticks are text. Each Text reads the setting when it is
+    made, so a global rcParams['text.parse_math'] could not tell the two apart (and would
+    change the figures of a program that imports dlperf). Called before a figure is first
+    laid out or saved: tight_layout below and the report's fit."""
+    texts = fig.findobj(Text)  # first: it makes the ticks the axes' locators place now
+    numbers: set[Text] = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            numbers.add(axis.offsetText)  # "1e6" or "×10^6" over the ticks
+            for ticks, formatter in ((axis.majorTicks, axis.get_major_formatter()),
+                                     (axis.minorTicks, axis.get_minor_formatter())):  # fmt: skip
+                # Given labels (set_xticks) make all their ticks then; a numeric axis makes
+                # more while drawing, which read matplotlib's default: maths, as these.
+                if isinstance(formatter, ScalarFormatter | LogFormatter):
+                    numbers.update(t for tick in ticks for t in (tick.label1, tick.label2))
+    for text in texts:
+        if text not in numbers:
+            text.set_parse_math(False)
+
+
 def tight_layout(fig: Figure, rect: tuple[float, float, float, float] | None = None) -> None:
     """`fig.tight_layout(rect=rect)`, or the figure left as drawn where its labels cannot fit
     (a 200-character class name): matplotlib then changes nothing and warns, with its own
-    source lines, on the user's stderr."""
+    source lines, on the user's stderr. The figure's texts are drawn as written
+    (literal_text), before the layout measures them."""
+    literal_text(fig)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
         fig.tight_layout(rect=rect)

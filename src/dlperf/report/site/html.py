@@ -13,7 +13,7 @@ from typing import Any
 
 from dlperf import formatting
 from dlperf.formatting import scaled, unit
-from dlperf.report import tight_layout
+from dlperf.report import literal_text, tight_layout
 
 # Figures are drawn at the content column's width, so that the browser shows them 1:1 and a
 # font's points read as on paper (10 pt at 100 dpi: 14 px, the body text's size).
@@ -157,9 +157,11 @@ def png(fig: Any) -> str:
 def fit(fig: Any) -> None:
     """Make a figure, whoever drew it, read on the page: as wide as the content column (shown
     1:1, neither shrunk nor blown up), no text under MIN_FONT_PT, and margins fitted to its
-    labels and legends (constrained layout) so that none is cut off."""
+    labels and legends (constrained layout) so that none is cut off; its texts drawn as
+    written (a run name holding `$`), before the layout measures them."""
     from matplotlib.text import Text
 
+    literal_text(fig)
     fig.set_size_inches(FIG_WIDTH_IN, fig.get_figheight())
     for text in fig.findobj(Text):
         if text.get_fontsize() < MIN_FONT_PT:
