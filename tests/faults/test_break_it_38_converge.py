@@ -1,4 +1,5 @@
-"""Break-it round 38, T2 cause C1: `converge fit` of a rising curve.
+"""Break-it round 38, T2 causes C1 and C5: `converge fit` of a rising curve, `converge plan` of
+a curve that does not fall.
 
 C1. A loss that rises (3 − (1/(0.002k + 0.5) + 0.3), steps 10 to 1000) was warned as a flat
 fit, and then NumPy's own "overflow encountered in scalar power" and "invalid value encountered
@@ -6,6 +7,9 @@ in subtract" came on stderr, and the power form's a had the interval nan–nan (
 null]): every bootstrap refit was a step (b ~ 1e7), whose a = a'·10^b passes what a float
 holds. Now such refits are left out of the intervals and counted in a note; with none left,
 the interval is [0, inf) (cannot tell), never nan.
+C5. A curve file with beta0 = 0 (1/(0·k + 1) + 0.3, 1.3 at every step) was "unreachable: the
+curve levels off at 0.3 loss" for a target of 0.5, above 0.3; beta0 = beta1 = 0 (1/0 at every
+step) too. Now "does not fall: beta0 is 0 (it stays at 1.3 loss)", and "not a curve".
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import numpy as np
 import pytest
 
 from dlperf.converge import curve
+from dlperf.converge.plan import remaining_steps
+from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 
@@ -61,3 +68,30 @@ def test_a_bootstrap_keeps_only_refits_a_float_holds() -> None:
     goal = float(p[2]) + 0.1  # above the flat fit: reached from the first step
     reach = curve.predict("power", p, samples, goal, "loss", first=10.0)
     assert reach.reachable and reach.interval == (10.0, math.inf)
+
+
+# --- C5: a curve file whose beta0 is 0 --------------------------------------------------------
+
+
+def _curve(tmp_path: Path, beta0: float, beta1: float) -> Path:
+    path = tmp_path / "curve_flat.json"
+    path.write_text(json.dumps({"metric": "loss", "beta0": beta0, "beta1": beta1, "beta2": 0.3}))
+    return path
+
+
+def test_plan_of_a_curve_that_does_not_fall(cli: Cli, tmp_path: Path) -> None:
+    path = _curve(tmp_path, 0, 1)
+    r = cli("converge", "plan", "--curve", str(path), "--speed-params",
+            "theta0=0.01,theta1=0.1,theta2=0.2,theta3=0.01,theta4=0.01", "--batch", "256",
+            "--target", "0.5", "--ps", "1", "--workers", "1-2")  # fmt: skip
+    one_line(r, 2, "target 0.5 is unreachable: the curve in", "curve_flat.json does not fall: "
+             "beta0 is 0 (it stays at 1.3 loss)")  # fmt: skip
+    assert "levels off" not in r.err
+    # At or above where it stays, it is there from the start.
+    assert remaining_steps(path, 1.3).steps == 0
+    assert remaining_steps(path, 2.0).steps == 0
+
+
+def test_plan_of_beta0_and_beta1_both_0(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"curve_flat\.json: beta0 and beta1 are both 0: not a"):
+        remaining_steps(_curve(tmp_path, 0, 0), 0.5)

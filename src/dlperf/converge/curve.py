@@ -149,7 +149,10 @@ def steps_to(form: str, p: Any, target: float, first: float = 0.0) -> np.ndarray
     # A crossing beyond float range (overflow) is inf: never, as far as the fit can tell.
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if form == "optimus":
-            k = (1.0 / gap - p[:, 1]) / p[:, 0]
+            # At or below the target from step 0 when 1/β1 + β2 ≤ target: a curve with β0 = 0
+            # stays there, and one exactly at it was 0/0, nan, "never".
+            rest = 1.0 / gap - p[:, 1]
+            k = np.where(rest <= 0, 0.0, rest / p[:, 0])
         else:
             k = np.power(p[:, 0] / gap, 1.0 / p[:, 1])
     k = np.where(np.isnan(k), np.inf, k)

@@ -269,17 +269,27 @@ def remaining_steps(path: Path, target: float) -> Remaining:
     if metric not in curve.METRICS or any(k not in coefficients for k in curve.PARAMS["optimus"]):
         raise _not_a_curve(path)
     beta = [_number(coefficients[k], path) for k in curve.PARAMS["optimus"]]
+    if beta[0] == beta[1] == 0:
+        raise UserError(f"{path}: beta0 and beta1 are both 0: not a curve (1/0 at every step)")
     curve.check_target(target, metric)
     crossing = float(curve.steps_to("optimus", beta, curve.to_decreasing(target, metric))[0])
     if not math.isfinite(crossing):
         raise UserError(
-            f"target {target:g} is unreachable: the curve in {path} levels off at "
-            f"{curve.to_decreasing(beta[2], metric):.4g} {metric}"
+            f"target {target:g} is unreachable: the curve in {path} {_why_never(beta, metric)}"
         )
     step = curve.whole_step(crossing)
     if step <= done:
         return Remaining(0.0, done, step, metric, basis)
     return Remaining(step - done, done, None, metric, basis)
+
+
+def _why_never(beta: list[float], metric: str) -> str:
+    """Why an Optimus curve never reaches a target: with β0 = 0 it never falls, staying at
+    1/β1 + β2 (β2 is no level it falls to); else it levels off at β2."""
+    if beta[0] == 0:
+        stays = curve.to_decreasing(1.0 / beta[1] + beta[2], metric)
+        return f"does not fall: beta0 is 0 (it stays at {stays:.4g} {metric})"
+    return f"levels off at {curve.to_decreasing(beta[2], metric):.4g} {metric}"
 
 
 # What a fitted speed model records beyond its coefficients.
