@@ -5,6 +5,9 @@ C4: a `$` pair in a run name, metric key or file name was read as matplotlib's m
 (exit 1, no site at all), `train/a$b$c` was drawn as "train/abc" with b in maths italics.
 Every text dlperf puts on a figure is drawn as written now; tick labels that matplotlib
 formats from numbers keep their maths (10^3 on a log axis).
+
+C7: `runs plot --key val/error` of a val/acc1 logged in percent drew 1 - 53 = -52 on an axis
+labelled as a fraction, with no warning. A value outside [0, 1] on a fraction axis is warned of.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from matplotlib.text import Text
 import dlperf
 from dlperf.report import literal_text
 from dlperf.report.runs import draw_runs
+from dlperf.report.site.figures import against_time
 from dlperf.store import RunStore
 
 NAME = "bad $\\foo{$ name"
@@ -89,3 +93,29 @@ def test_c4_a_csv_file_name_with_dollars_is_the_fit_figures_title(
                  "--plot", "c.png")  # fmt: skip
     assert result.code == 0, result.err
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+# C7: `runs plot --key val/error` of a val/acc1 stored in percent (51, 52, 53) drew 1 - 53 = -52
+# on an axis labelled "(fraction, 1 - val/acc1)", with no warning; converge refuses the same
+# values ("percentages? divide by 100"). A fraction axis now warns of a value outside [0, 1].
+
+
+def test_c7_an_accuracy_in_percent_is_warned_of_on_a_fraction_axis(
+    store: RunStore, db: str
+) -> None:
+    with dlperf.track("pct", store=db) as pct:
+        for step in (1, 2, 3):
+            pct.log(step=step, **{"val/acc1": 50.0 + step, "train/loss": 1.0 / step})
+    with dlperf.track("fraction", store=db) as fraction:
+        for step in (1, 2):
+            fraction.log(step=step, **{"val/acc1": step / 2, "train/loss": 1.0 / step})
+    _, plot = draw_runs(store, [pct.id, fraction.id], ["val/error", "val/acc1"], "step",
+                        fitted=False)  # fmt: skip
+    assert plot.warnings == [
+        f"run {pct.id}: val/acc1 holds 51 (3 values outside [0, 1]), not a fraction (percent?): "
+        "val/error = 1 - val/acc1 is drawn at -50",
+        f"run {pct.id}: val/acc1 holds 51 (3 values outside [0, 1]), not a fraction (percent?)",
+    ]  # the fraction run (0.5, 1.0: the ends included) is not warned of
+    # the report's wall-time figure draws val/acc1 on the same fraction axis: its caption says so
+    caption, _ = against_time(store, store.get_run(pct.id), ["val/acc1"])
+    assert caption == f"val/acc1 against wall time ({plot.warnings[1]})"

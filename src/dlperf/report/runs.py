@@ -143,6 +143,26 @@ def nan_note(count: int, what: str = "value") -> str:
     return f"{count} {what}{'s are' if count > 1 else ' is'} NaN (not a number), left out"
 
 
+def fraction_note(run_id: int, key: str, values: list[float]) -> str | None:
+    """The warning for a key drawn on a fraction axis (an accuracy, or an error drawn as 1 -
+    its accuracy) whose stored accuracy leaves [0, 1]: an accuracy logged in percent drew
+    1 - 53 = -52 as a fraction with no word (`converge` refuses such values)."""
+    source = ERRORS.get(key, key)
+    if UNITS.get(source) != "fraction":
+        return None
+    stored = [1 - v for v in values] if key in ERRORS else values
+    outside = [v for v in stored if math.isfinite(v) and not 0 <= v <= 1]
+    if not outside:
+        return None
+    note = (
+        f"run {run_id}: {source} holds {outside[0]:g} ({len(outside)} "
+        f"value{'s' * (len(outside) > 1)} outside [0, 1]), not a fraction (percent?)"
+    )
+    return note + (
+        f": {key} = 1 - {source} is drawn at {1 - outside[0]:g}" if key in ERRORS else ""
+    )
+
+
 def left_out_note(ax: Any, gone: int) -> None:
     """Says on the subplot how many of its points `drawable` left out."""
     ax.text(0.01, 0.02, f"{gone} point{'s' * (gone > 1)} beyond ±{MAX_DRAWN:g} left out",
@@ -327,6 +347,8 @@ def draw_runs(
                 warnings.append(f"run {run.id}: {nan_note(nan, f'{key} value')}")
             if not finite:
                 continue
+            if note := fraction_note(run.id, key, ys):
+                warnings.append(note)
             style, marks = line_style(ys, per_epoch(key) and not by_steps)
             ax.plot([px for px, _ in shown], ys, style, color=f"C{i % 10}", ms=3, lw=1.2,
                     label=label, **marks)  # fmt: skip

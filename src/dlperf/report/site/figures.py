@@ -21,6 +21,7 @@ from dlperf.report.runs import (
     default_keys,
     draw_runs,
     drawable,
+    fraction_note,
     left_out_note,
     line_style,
     nan_note,
@@ -113,6 +114,7 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
     left_out = 0
     nan: dict[str, int] = {}  # NaN values per key: kept in the line (a gap), but no point
+    fractions: list[str] = []  # an accuracy in percent drawn on its fraction axis
     for ax, key in zip(axes, keys, strict=True):
         shown = drawable([t - origin for t in placed[key]], [v for _, v, _ in rows[key]])
         if gone := len(rows[key]) - len(shown):
@@ -121,6 +123,8 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
         ys = [y for _, y in shown]
         if count := sum(1 for y in ys if math.isnan(y)):
             nan[key] = count
+        if note := fraction_note(run.id, key, ys):
+            fractions.append(note)
         if not any(math.isfinite(y) for y in ys):
             # An empty subplot said nothing of why.
             ax.text(0.5, 0.5, "no value to draw", transform=ax.transAxes, ha="center",
@@ -150,6 +154,8 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
             + ", ".join(f"{count} of {key}" for key, count in nan.items())
             + ")"
         )
+    for note in fractions:
+        caption += f" ({note})"
     return caption, png(fig)
 
 
