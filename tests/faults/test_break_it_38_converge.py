@@ -1,5 +1,5 @@
-"""Break-it round 38, T2 causes C1 and C5: `converge fit` of a rising curve, `converge plan` of
-a curve that does not fall.
+"""Break-it round 38, T2 causes C1, C5 and C6: `converge fit` of a rising curve, `converge plan`
+of a curve that does not fall, `converge fit RUN` of a run that logged a step more than once.
 
 C1. A loss that rises (3 − (1/(0.002k + 0.5) + 0.3), steps 10 to 1000) was warned as a flat
 fit, and then NumPy's own "overflow encountered in scalar power" and "invalid value encountered
@@ -10,6 +10,9 @@ the interval is [0, inf) (cannot tell), never nan.
 C5. A curve file with beta0 = 0 (1/(0·k + 1) + 0.3, 1.3 at every step) was "unreachable: the
 curve levels off at 0.3 loss" for a target of 0.5, above 0.3; beta0 = beta1 = 0 (1/0 at every
 step) too. Now "does not fall: beta0 is 0 (it stays at 1.3 loss)", and "not a curve".
+C6. A tracked run's steps were not checked as a CSV's are: val/loss logged 20 times at step 1
+ended in LAPACK's lines and a LinAlgError traceback; step 20 logged twice was fitted as two
+points, no word. Now one line naming the run, the key and the step, exit 2.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dlperf
 from dlperf.converge import curve
 from dlperf.converge.plan import remaining_steps
 from dlperf.errors import UserError
@@ -95,3 +99,29 @@ def test_plan_of_a_curve_that_does_not_fall(cli: Cli, tmp_path: Path) -> None:
 def test_plan_of_beta0_and_beta1_both_0(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"curve_flat\.json: beta0 and beta1 are both 0: not a"):
         remaining_steps(_curve(tmp_path, 0, 0), 0.5)
+
+
+# --- C6: a tracked run that logged a step more than once ------------------------------------
+
+
+def _logged(db: str, steps: list[int]) -> None:
+    """Run 1: dlperf.track logging val/loss at `steps`, in that order."""
+    with dlperf.track("repeats", store=db) as run:
+        for step in steps:
+            run.log(step, **{"val/loss": 1 / (0.002 * step + 0.5) + 0.3})
+
+
+def test_fit_of_a_run_that_logged_a_step_again(cli: Cli, db: str) -> None:
+    _logged(db, [10, 20, 20, *range(30, 101, 10), 5, 1])  # 5 and 1 late: sorted, not refused
+    # before: fitted "13 points to step 100", step 20 twice, no word
+    r = cli("converge", "fit", "1")
+    one_line(r, 2, "run 1 logged val/loss at step 20 twice; a fit needs each step once",
+             "a CSV of its steps, one value each")  # fmt: skip
+
+
+def test_fit_and_predict_of_a_run_that_logged_one_step_only(cli: Cli, db: str) -> None:
+    _logged(db, [1] * 20)
+    # before: LAPACK's "On entry to DLASCL parameter number 4 had an illegal value" and a
+    # LinAlgError traceback, exit 1
+    for args in (("fit", "1"), ("predict", "1", "--target", "1.5")):
+        one_line(cli("converge", *args), 2, "run 1 logged val/loss at step 1 20 times")

@@ -15,6 +15,7 @@ Accuracy curves are fitted as error = 1 − accuracy, so every curve here decrea
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import reprlib
@@ -882,6 +883,7 @@ def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) 
         stored, pairs = held, store.metrics(run_id, held)
     if not pairs:
         raise UserError(f"run {run_id} has no metric '{stored}'", "see `dlperf runs show`")
+    _check_run_steps(run_id, stored, [s for s, _ in pairs])
     epoch_steps = run.summary.get("steps_per_epoch")
     steps = np.array([s for s, _ in pairs], float)
     if stored.startswith(("val/", "epoch/")) and epoch_steps:
@@ -900,3 +902,20 @@ def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) 
     if key is None and metric == "error":
         values = 1.0 - values
     return Curve(f"run {run_id}", steps, values, epoch_steps, configuration(run), key=stored)
+
+
+def _check_run_steps(run_id: int, key: str, logged: list[int]) -> None:
+    """`check_increasing` for a stored run's steps (in step order, so only repeats can fail
+    it), naming the first step logged more than once: steps all alike failed the fit in LAPACK
+    (a LinAlgError traceback), and a repeated step was fitted as two points, no word."""
+    again = next((step for step, after in itertools.pairwise(logged) if step == after), None)
+    if again is None:
+        return
+    count = logged.count(again)
+    times = "twice" if count == 2 else f"{count} times"
+    # A stored run's steps cannot be edited: the fix is a CSV, as for a run from step 0.
+    raise UserError(
+        f"run {run_id} logged {key} at step {again} {times}; a fit needs each step once",
+        f"for this run, fit a CSV of its steps, one value each, from `dlperf runs show {run_id} "
+        "--json`: --csv FILE --x step --y value",
+    )
