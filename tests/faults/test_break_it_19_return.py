@@ -114,7 +114,9 @@ def test_bench_does_not_race_another_models_run_of_the_same_id(
     cli: Cli, tmp_path: Path, trained_digits: TrainedRun
 ) -> None:
     """The ONNX names run 1 of model 'resnet20' (another store's); this store's run 1 is a
-    smallcnn. Before: exit 0, its 'torch eager' rows timed the smallcnn."""
+    smallcnn. Before: exit 0, its 'torch eager' rows timed the smallcnn. The registry's
+    resnet20 it falls back to shares no parameter name with the file (a smallcnn's export), so
+    since round 38 it is not raced either: only ONNX Runtime is timed, with a warning."""
     _, run_id, _ = trained_digits.copy_to(tmp_path)
     r = cli("export", str(run_id), "--out", "m1.onnx")
     assert r.code == 0, r.err
@@ -127,7 +129,10 @@ def test_bench_does_not_race_another_models_run_of_the_same_id(
         f"warning: run {run_id} of this store is model 'smallcnn', not the 'resnet20' "
         "m1.onnx was exported from; racing registry model 'resnet20' with random weights"
     ) in " ".join(r.err.split())  # the console may wrap a long line
-    assert {row["contender"] for row in json.loads(r.out)["rows"]} >= {"torch eager"}
+    assert "cannot tell that 'resnet20' built with no model.kwargs is the network of" in " ".join(
+        r.err.split()
+    )
+    assert {row["contender"] for row in json.loads(r.out)["rows"]} == {"onnxruntime"}
 
 
 # --- F: detect finetune --out relative ----------------------------------------------------------
