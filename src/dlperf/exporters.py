@@ -65,7 +65,7 @@ from dlperf import stopping
 from dlperf.errors import UserError, causes
 from dlperf.formatting import clip, few
 from dlperf.parsing import flatten, printable
-from dlperf.paths import writing
+from dlperf.paths import one_file, writing
 from dlperf.store import RunStore, integrity, masked_url
 from dlperf.store.ids import STORE_ID_FORM
 from dlperf.store.keys import on_global_steps, per_epoch
@@ -386,10 +386,8 @@ def _refuse_the_store_itself(store: RunStore, uri: str) -> None:
     path = integrity.store_file(store.engine)
     if key.startswith("sqlite:"):
         given = Path(key.removeprefix("sqlite:"))
-        try:  # a link to it, or a hard link, is the store's file too
-            same = path is not None and given.samefile(path)
-        except OSError:
-            same = given == path
+        # a link to it, or a hard link, is the store's file too
+        same = path is not None and one_file(given, path)
         where = str(path)
     else:
         ours = store.engine.url.render_as_string(hide_password=False)
