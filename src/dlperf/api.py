@@ -929,9 +929,11 @@ class _RunWarnings(NullReporter):
 # --- track ----------------------------------------------------------------------------------
 
 # A log() call writes the rows held in memory when FLUSH_ROWS are held or FLUSH_SECONDS have
-# passed since the last write (checked at each call: no thread, no timer), so a SIGKILLed
-# loop loses at most the last second's rows, and a loop logging once an epoch none before the
-# epoch in progress (256 rows with no time bound lost hours of such a loop's metrics).
+# passed since the last write, and rows a call leaves held are written by a timer thread
+# FLUSH_SECONDS later if no call has by then: a SIGKILLed loop loses at most the last second's
+# rows, also when it was killed in a long pause after them (an evaluation, a checkpoint: rows
+# checked only at the next call waited for it), and a loop logging once an epoch none before
+# the epoch in progress (256 rows with no time bound lost hours of such a loop's metrics).
 FLUSH_ROWS = 256
 FLUSH_SECONDS = 1.0
 # metrics.step is an Integer column: 64-bit on SQLite but 32-bit on PostgreSQL, so the bound is
@@ -960,6 +962,7 @@ class TrackedRun:
     _flushed: float = field(default_factory=time.monotonic)  # when the rows were last written
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _pid: int = field(default_factory=os.getpid)  # the process that opened the run
+    _timer: threading.Timer | None = field(default=None, repr=False, compare=False)
 
     def log(self, step: int, **metrics: float) -> None:
         """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
@@ -993,6 +996,22 @@ class TrackedRun:
                 if kept is None or at >= kept[0]:
                     self._final[name] = (at, value)
             if len(self._rows) >= FLUSH_ROWS or time.monotonic() - self._flushed >= FLUSH_SECONDS:
+                self._flush()
+            elif self._timer is None:
+                wait = FLUSH_SECONDS - (time.monotonic() - self._flushed)
+                self._timer = threading.Timer(wait, self._flush_later)
+                self._timer.daemon = True  # the loop's end is the process's: it writes the rest
+                self._timer.start()
+
+    def _flush_later(self) -> None:
+        """The timer's write of the rows no later call has written. A store that fails here
+        keeps them held: the next log, or the block's end, writes them or says why."""
+        with self._lock:
+            if self._timer is threading.current_thread():  # else a later call's timer
+                self._timer = None
+            if self._ended or self._forked() or not self._rows:
+                return
+            with suppress(Exception):
                 self._flush()
 
     @contextmanager
@@ -1043,6 +1062,9 @@ class TrackedRun:
 
     def _flush(self) -> None:
         """Write the rows held (with `_lock` held)."""
+        if self._timer is not None and threading.current_thread() is not self._timer:
+            self._timer.cancel()
+            self._timer = None
         self._store.log_metrics(self.id, self._rows)
         self._rows.clear()
         self._flushed = time.monotonic()
