@@ -446,13 +446,33 @@ def parse_numbers(text: str, option: str, example: str) -> dict[str, float]:
 
 def parse_range(text: str, name: str) -> list[int]:
     """'1-16' or '2,4,8' (or both, '1-4,8') as sorted positive integers."""
-    values: set[int] = set()
+    spans: list[tuple[str, int, int]] = []
     try:
         for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            values.update(range(int(lo), int(hi or lo) + 1))
+            first, _, last = part.strip().partition("-")
+            spans.append((part.strip(), int(first), int(last or first)))
     except ValueError:
         raise UserError(f"--{name} must look like 1-16 or 2,4,8, got {text!r}") from None
-    if not values or min(values) < 1:
+    if any(min(lo, hi) < 1 for _, lo, hi in spans):
         raise UserError(f"--{name} needs counts ≥ 1, got {text!r}")
-    return sorted(values)
+    for part, lo, hi in spans:
+        # Empty as a range: told as counts below 1 when alone, and dropped without a word
+        # beside others ('1,8-4' was [1]).
+        if hi < lo:
+            raise UserError(f"--{name} {part} is a reversed range", f"write {hi}-{lo}")
+    return sorted({n for _, lo, hi in spans for n in range(lo, hi + 1)})
+
+
+def _listed(names: list[str]) -> str:
+    """'--a', '--a and --b', '--a, --b and --c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def refuse_given(options: dict[str, object], goes_with: str, hint: str | None = None) -> None:
+    """Refuse, in one line, those of `options` (flag: value) that were given (not None, not an
+    empty list) where they would do nothing: '--a and --b go with GOES_WITH'. A command that
+    reads an option only in one of its modes otherwise drops it there without a word."""
+    given = [flag for flag, value in options.items() if value is not None and value != []]
+    if given:
+        verb = "goes" if len(given) == 1 else "go"
+        raise UserError(f"{_listed(given)} {verb} with {goes_with}", hint)

@@ -12,7 +12,14 @@ from dlperf.cli import console
 from dlperf.cli.app import Json
 from dlperf.cli.converge import converge_app, reader, show, speed_app
 from dlperf.errors import UserError
-from dlperf.parsing import parse_numbers, parse_pairs, parse_range
+from dlperf.parsing import parse_numbers, parse_pairs, parse_range, refuse_given
+
+# plan's grid unless --ps and --workers say otherwise.
+PS, WORKERS = "1,2,4", "1-16"
+# What --cluster takes the place of a single job's options with, said where one is given.
+CLUSTER_GIVES = (
+    "jobs.toml gives each job's curve, speed, target and batch, the allocator its devices"
+)
 
 
 @speed_app.command("fit")
@@ -95,8 +102,13 @@ def plan(
         "(optimus-sync; model=optimus-async,... for the other).",
     ),
     target: float = typer.Option(None, "--target", help="Value to reach, in the curve's metric."),
-    ps: str = typer.Option("1,2,4", "--ps", help="Parameter-server counts, e.g. 2,4."),
-    workers: str = typer.Option("1-16", "--workers", help="Worker counts, e.g. 1-16."),
+    # None by default, so that one given with --cluster (which plans no grid) is refused.
+    ps: str = typer.Option(
+        None, "--ps", help=f"Parameter-server counts, e.g. 2,4 (default: {PS}).", show_default=False
+    ),
+    workers: str = typer.Option(
+        None, "--workers", help=f"Worker counts, e.g. 1-8 (default: {WORKERS}).", show_default=False
+    ),
     batch: float = typer.Option(
         None, "--batch", help="Global batch (default: the speed data's most common)."
     ),
@@ -128,7 +140,13 @@ def plan(
     from dlperf.converge import plan as planner
     from dlperf.converge import speed_views
 
-    if cluster is not None:
+    if cluster is None:
+        refuse_given({"--gpus": gpus}, "--cluster jobs.toml")
+    else:
+        one_job = {"--curve": curve_path, "--speed": speed_path, "--speed-params": speed_params}
+        one_job |= {"--target": target, "--ps": ps, "--workers": workers, "--batch": batch}
+        one_job |= {"--price-per-hour": price}
+        refuse_given(one_job, "one job's plan, not --cluster", CLUSTER_GIVES)
         if gpus is None:
             raise UserError("--cluster needs --gpus N")
         if plot is not None:
@@ -144,7 +162,10 @@ def plan(
         )
     if speed_path is not None and speed_params is not None:
         raise UserError("give --speed FILE or --speed-params theta0=...,..., not both")
-    counts = parse_range(ps, "ps"), parse_range(workers, "workers")
+    counts = (
+        parse_range(PS if ps is None else ps, "ps"),
+        parse_range(WORKERS if workers is None else workers, "workers"),
+    )
     if speed_path is not None:
         speed_model = planner.read_speed_fit(speed_path)
     else:

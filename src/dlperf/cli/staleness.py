@@ -10,7 +10,12 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
 from dlperf.errors import UserError
-from dlperf.parsing import parse_list, parse_numbers
+from dlperf.parsing import parse_list, parse_numbers, refuse_given
+
+# What --train's schedule is made of, said where a simulation's option is given with it.
+TRAIN_TIMES = (
+    "--train's learners are --learners N or --speeds, over the experiment's epochs, with no latency"
+)
 
 
 def _learners(specs: list[str]) -> dict[str, list[float]]:
@@ -39,11 +44,19 @@ def staleness(
     ),
     speeds: str = typer.Option(None, "--speeds", help="NAME=rate,...: gradients per unit time."),
     horizon: float = typer.Option(None, "--horizon", help="Simulated time, with --speeds."),
+    # None, not 0.0, by default: given with --train, where no latency is simulated, either is
+    # refused, even at 0.
     push_latency: float = typer.Option(
-        0.0, "--push-latency", help="Time for a push to reach the server."
+        None,
+        "--push-latency",
+        help="Time for a push to reach the server (default: 0).",
+        show_default=False,
     ),
     pull_latency: float = typer.Option(
-        0.0, "--pull-latency", help="Time for new weights to reach a learner."
+        None,
+        "--pull-latency",
+        help="Time for new weights to reach a learner (default: 0).",
+        show_default=False,
     ),
     train_exp: Path = typer.Option(
         None, "--train", help="Train this experiment with emulated asynchronous SGD and sync SGD."
@@ -66,10 +79,14 @@ def staleness(
     from dlperf.converge import staleness as sim
 
     if train_exp is not None:
+        simulation = {"--learner": learner, "--horizon": horizon}
+        simulation |= {"--push-latency": push_latency, "--pull-latency": pull_latency}
+        refuse_given(simulation, "a simulation, not --train", TRAIN_TIMES)
         _train_staleness(train_exp, learners, speeds, list(set_), as_json)
         return
-    if learners is not None or set_:
-        raise UserError("--learners and --set go with --train EXP.toml")
+    refuse_given({"--learners": learners, "--set": set_}, "--train EXP.toml")
+    if speeds is None:  # --learner's times end where they end
+        refuse_given({"--horizon": horizon}, "--speeds")
     if bool(learner) == (speeds is not None):
         raise UserError("give --learner NAME=times ... or --speeds NAME=rate,... (not both)")
     if speeds is not None:
@@ -78,7 +95,7 @@ def staleness(
         times = sim.from_speeds(_rates(speeds), horizon)
     else:
         times = _learners(learner)
-    gradients = sim.simulate(times, push_latency, pull_latency)
+    gradients = sim.simulate(times, push_latency or 0.0, pull_latency or 0.0)
     if console.printed_json(as_json, sim.to_json(gradients)):
         return
     console.print_table(
