@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from dlperf.config import AugmentConfig, DataConfig
-from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats
+from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats, crowded_workers
 from dlperf.data.sources import (
     DATASETS,
     ImageData,
@@ -41,6 +41,8 @@ def load_data(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
     # decoded one by one (minutes for 10^5); the others read a few arrays.
     data = imagefolder(cfg, reporter) if reader is imagefolder else reader(cfg)
     data.notes += unread_keys(cfg)
+    if _starts_workers(cfg, data) and (crowded := crowded_workers(cfg.num_workers)):
+        data.notes.append(crowded)  # said where the data's notes are, once a run
     drawn = data.train
     if cfg.holdout:
         data.train, data.unlabeled = holdout(data.train, cfg.holdout, cfg.split_seed + 2)
@@ -69,6 +71,11 @@ def load_data(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
     return data
 
 
+def _starts_workers(cfg: DataConfig, data: ImageData) -> bool:
+    """Whether `make_loader` gives `data`'s splits DataLoader workers."""
+    return (cfg.loader == "torchvision" or not data.in_memory) and cfg.num_workers > 0
+
+
 def make_loader(
     data: ImageData,
     split: Split,
@@ -81,7 +88,7 @@ def make_loader(
     """Training batches when `augment` is given (shuffled, augmented, incomplete last batch
     dropped), evaluation batches otherwise."""
     train = augment is not None
-    if cfg.loader == "tensor" and data.in_memory:
+    if cfg.loader == "tensor" and data.in_memory:  # no workers (`_starts_workers`)
         mean, std = (torch.tensor(stats).view(-1, 1, 1) for stats in (data.mean, data.std))
         return TensorLoader(split, batch_size, device, mean, std, augment, train, seed)
     return TorchvisionLoader(

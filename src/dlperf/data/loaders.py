@@ -35,6 +35,7 @@ from dlperf.data.augment import augment_batch, host_to_device, normalize
 from dlperf.data.sources import ImageData, Split, decode_file
 from dlperf.errors import UserError, causes, out_of_threads, threads_limit
 from dlperf.paths import files_open, open_files_limit, room_for_files, room_under
+from dlperf.system import usable_cores
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -225,7 +226,7 @@ class TorchvisionLoader:
         g = epoch_generator(self.seed, self.epoch)
         # Drawn before the shuffle's own draws: the augmentation's seed, then the order.
         self.dataset.seed = int(torch.randint(2**31, (), generator=g))
-        loader = DataLoader(
+        loader = _DataLoader(
             self.dataset,
             batch_size=self.batch_size,
             shuffle=self.shuffle,
@@ -255,6 +256,29 @@ class TorchvisionLoader:
 
 
 _END = object()  # the iterator's end, told from any batch
+
+
+class _DataLoader(DataLoader[Any]):
+    """torch's DataLoader without its check of the workers against the cores: it warned
+    (a UserWarning with dataloader.py's path and source line) as each epoch's loader was built
+    and again as its iterator started; `crowded_workers` says it once a run, in dlperf's words."""
+
+    def check_worker_number_rationality(self) -> None:
+        return
+
+
+def crowded_workers(workers: int) -> str | None:
+    """The warning for `workers` DataLoader workers on this host: None unless they are more
+    than its usable cores. A warning, as threads past the free cores are (system.crowding), not
+    a refusal as threads past the usable ones: torch only suggests a worker a core at most, and
+    workers that wait on files (a streamed image folder) take less than one."""
+    cores = usable_cores()
+    if workers <= cores:
+        return None
+    return (
+        f"data.num_workers = {workers} on {cores} usable cores: workers past the cores take "
+        f"turns on them, and the steps they feed wait; set data.num_workers = {cores} or fewer"
+    )
 
 
 def _passed(batch: Any) -> Any:
