@@ -200,14 +200,55 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
 def _held_number(value: Any) -> str:
     """The fix for a config value that is not JSON: a NumPy number (np.int64(32), np.bool_)
     or a 0-d tensor holds a Python number, given by `.item()` ("give numbers" told someone
-    who gave one); else _VALUES."""
+    who gave one); an array (a tensor) of more, by `.tolist()`; else _VALUES."""
     try:
         plain = value.item()
     except Exception:  # no item(), or not one element: the fix is not item()
+        if getattr(value, "ndim", 0) and hasattr(value, "tolist"):
+            return "give it as a list: .tolist()"
         return _VALUES
     if not isinstance(plain, bool | int | float):
         return _VALUES
     return f"give the Python value it holds: .item() gives {plain!r}"
+
+
+# Floats narrower than Python's, taken as NumPy prints them: np.float32(0.05) holds
+# 0.05000000074505806, but is the 0.05 its user typed (and --set would read).
+_NARROW_FLOATS = ("float16", "float32")
+
+
+def _python_values(value: Any, too_deep: UserError, level: int = 1) -> Any:
+    """`value` (a config given from Python) with each NumPy scalar or 0-d array in it (a 0-d
+    tensor too), at any depth of its dicts, lists and tuples, as the Python bool, int, float
+    or str it holds, as the API takes a step or a metric's value: strict validation refused
+    np.int64(1) as "not a valid integer", and json could not store it. Anything else is
+    returned as it is, to be refused where it is checked; `value` itself is not changed.
+    Done here, where Python's objects come in: a file or --set holds none. `too_deep` is
+    raised for a value nested deeper than MAX_DEPTH (as `_json_fault` counts levels): a dict
+    that holds itself made `dlperf.run` loop for ever in `parsing.depth`."""
+    if level > MAX_DEPTH:
+        raise too_deep
+    if isinstance(value, dict):
+        return {key: _python_values(item, too_deep, level + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_python_values(item, too_deep, level + 1) for item in value]
+    if isinstance(value, tuple):  # a named tuple too, as the plain tuple it is stored as
+        return tuple(_python_values(item, too_deep, level + 1) for item in value)
+    if type(value) in (bool, int, float, str) or getattr(value, "ndim", None) != 0:
+        return value
+    item = getattr(value, "item", None)
+    try:
+        plain = item() if callable(item) else None
+    except Exception:  # a meta tensor holds no value: refused as it is
+        return value
+    if isinstance(plain, float):
+        dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
+        if dtype in _NARROW_FLOATS:
+            import numpy as np
+
+            return float(str(np.dtype(dtype).type(plain)))  # exact: plain is one of dtype's
+        return plain
+    return plain if isinstance(plain, bool | int | str) else value
 
 
 def _clash(config: dict[str, Any], name: str) -> None:
@@ -898,7 +939,10 @@ def run(
         )
     with _opened_store(store) as where:
         if isinstance(experiment, Mapping):
-            raw = copy.deepcopy(dict(experiment))
+            # NumPy's numbers as the Python values they hold (a grid's np.int64(1)); a copy
+            raw = _python_values(
+                copy.deepcopy(dict(experiment)), UserError(f"experiment: {TOO_DEEP}")
+            )
             for assignment in overrides:
                 apply_override(raw, assignment)
             exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
@@ -1106,7 +1150,8 @@ def track(
         raise UserError(f"a run's name is printable text, got {as_given(name)}")
     if config is not None and not isinstance(config, Mapping):
         raise UserError(f"config is a dict of JSON values, got {as_given(config, typed=True)}")
-    config = dict(config or {})
+    # NumPy's numbers as the Python values they hold, as dlperf.run's dict takes them
+    config = dict(_python_values(dict(config or {}), UserError(f"config is {TOO_DEEP}", _VALUES)))
     fault = _json_fault(config)
     if fault is not None:
         raise fault

@@ -195,8 +195,21 @@ class ModelConfig(Section):
                 lacks = "infinity or NaN"
             elif isinstance(value, datetime.date | datetime.time):
                 lacks = "date or time"
-            else:
+            elif value is None or isinstance(value, bool | int | float | str):
                 continue
+            else:
+                # Given from Python (dlperf.run's dict): an object was a traceback where the
+                # config was stored (PydanticSerializationError); bytes and a set were stored
+                # as text and a list, and the model rebuilt with those.
+                kind = type(value)
+                name = kind.__qualname__
+                if kind.__module__ != "builtins":
+                    name = f"{kind.__module__}.{kind.__name__}"
+                raise ValueError(
+                    f"{key.lstrip('.')} is of type {name}: not a JSON value, and the stored "
+                    "config the model is rebuilt from (export, --resume) is JSON (give a "
+                    "number, text, a list or a table)"
+                )
             raise ValueError(
                 f"{key.lstrip('.')} = {_toml_text(value)}: JSON has no {lacks}, and the stored "
                 "config the model is rebuilt from (export, --resume) is JSON (give a number, or "
@@ -254,7 +267,7 @@ def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
     array's item as [i] (as check_text_keys names it: a.1 would be table a's key "1")."""
     if isinstance(value, dict):
         return [leaf for k, v in value.items() for leaf in _leaves(v, f"{key}.{k}")]
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # a tuple from Python is stored as a list
         return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{key}[{i}]")]
     return [(key, value)]
 

@@ -340,9 +340,16 @@ def validation_message(
     got = first.get("input")
     shown = got is not None and not isinstance(got, dict) and first["type"] != NOT_UTF8
     got_text = f" (got {as_given(got)})" if shown else ""
+    # An array (NumPy's, a tensor) from Python is taken only as the number a 0-d one holds
+    # (dlperf.run): its values are given as a list.
+    hint = (
+        "give it as a list: .tolist()"
+        if getattr(got, "ndim", 0) and hasattr(got, "tolist")
+        else None
+    )
     if flag is not None:
-        return UserError(f"{flag}: {loc}: {msg}{got_text}")
-    return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")
+        return UserError(f"{flag}: {loc}: {msg}{got_text}", hint)
+    return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}", hint)
 
 
 def build_file(
