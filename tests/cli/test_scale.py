@@ -23,8 +23,8 @@ def test_help_ends_with_an_example(command: list[str]) -> None:
 
 
 def test_a_file_alone_is_short_for_scale_run(cli: Callable[..., CliResult]) -> None:
-    short = cli("scale", EXP, "--emit", "slurm", "--nnodes", "2")
-    long = cli("scale", "run", EXP, "--emit", "slurm", "--nnodes", "2")
+    short = cli("scale", EXP, "--emit", "slurm", "--nnodes", "2", "--workers", "2,4")
+    long = cli("scale", "run", EXP, "--emit", "slurm", "--nnodes", "2", "--workers", "2,4")
     assert short.code == long.code == 0, short.err
     # The job runs on each node the command line as it was given.
     assert short.out == long.out.replace("dlperf scale run ", "dlperf scale ")
@@ -48,7 +48,9 @@ def test_emit_slurm_writes_a_job_that_runs_this_command_on_every_node(
 def test_emit_out_writes_the_file_and_says_so(
     cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
-    result = cli("scale", EXP, "--emit", "slurm", "--nnodes", "2", "--out", "job.sh")
+    result = cli(
+        "scale", EXP, "--emit", "slurm", "--nnodes", "2", "--workers", "2", "--out", "job.sh"
+    )
     assert result.code == 0, result.err
     assert result.out == ""
     assert result.err.splitlines()[0] == "wrote job.sh"

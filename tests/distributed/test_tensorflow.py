@@ -275,7 +275,7 @@ def test_job_files_run_the_tensorflow_study_on_every_node(
     cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
     path = write_study(tmp_path)
-    argv = ["scale", str(path), "--strategy", "multiworker", "--nnodes", "2"]
+    argv = ["scale", str(path), "--strategy", "multiworker", "--workers", "2", "--nnodes", "2"]
     result = cli(*argv, "--emit", "slurm", "--out", "job.sh")
     assert result.code == 0, result.err
     script = (tmp_path / "job.sh").read_text()

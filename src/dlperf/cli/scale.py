@@ -291,7 +291,7 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
 
 def _measure(job: ScaleJob, run: Callable[..., Found]) -> tuple[Found, RunStore, Path]:
     """What `run` (a study or the batch search) finds for `job`, its store and files' home."""
-    from dlperf.distributed.study import study_name
+    from dlperf.distributed.planning import study_name
 
     store = open_store()
     where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores

@@ -190,6 +190,12 @@ def job_argv(argv: list[str]) -> list[str]:
     return kept
 
 
+def asks_gpus(opts: ScaleConfig) -> bool:
+    """Whether the study's options put its workers on GPUs (a job without --gpus-per-node
+    then asks for one per worker)."""
+    return opts.backend == "nccl" or "nccl" in opts.allreduce
+
+
 def job_file(
     kind: str,
     argv: list[str],
@@ -206,8 +212,7 @@ def job_file(
     if workers % nnodes:
         raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
     per_node = workers // nnodes
-    on_gpus = opts.backend == "nccl" or "nccl" in opts.allreduce
-    gpus = gpus_per_node if gpus_per_node is not None else per_node * on_gpus
+    gpus = gpus_per_node if gpus_per_node is not None else per_node * asks_gpus(opts)
     if kind == "slurm":
         return render_slurm(job_argv(argv), nnodes, per_node, gpus, slurm_name(job_name))
     if kind == "kubernetes":
@@ -231,10 +236,12 @@ def study_job(
     image: str,
     cloud: Mapping[str, str | None] | None = None,
 ) -> str:
-    """`job_file` for the study `job`, named after its run, once its options pass the checks
-    its nodes would make (a job file must not carry options they would refuse)."""
-    from dlperf.distributed.planning import check_options  # torch: only when a file is made
+    """`job_file` for the study `job`, named after its run, once it passes the checks its
+    nodes would make before their first worker and that need neither this host nor them (a
+    job file must not carry a study they would refuse, found only after the queue's wait)."""
+    from dlperf.distributed.planning import check_job  # loaded only when a file is made
 
-    check_options(job.scale)
+    opts = job.scale
+    check_job(job, gpus_per_node > 0 if gpus_per_node is not None else asks_gpus(opts))
     name = job.experiment.run.name or "dlperf"
-    return job_file(kind, argv, job.scale, gpus_per_node, image, name, cloud)
+    return job_file(kind, argv, opts, gpus_per_node, image, name, cloud)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.config import ScaleJob
-from dlperf.distributed.planning import Point, plan
-from dlperf.distributed.study import Study, StudyResult, check_names
+from dlperf.distributed.planning import Point, check_names, plan
+from dlperf.distributed.study import Study, StudyResult
 from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter

@@ -1,7 +1,9 @@
 """Planning a scaling study: its points (workers x comm x strategy x bucket size, series by
-series), each point's batches, and every check of the options that can be made before a
-worker starts: the framework's strategies and communication, the devices and cores of this
-host, and the extras (TensorFlow, Horovod) the study needs.
+series), each point's batches, the names of its runs, and every check of the options that can
+be made before a worker starts: the framework's strategies and communication, the batches,
+the devices and cores of this host, and the extras (TensorFlow, Horovod) the study needs.
+Those that need neither this host nor the node's place in the study (`check_portable`) are
+also what a job file (--emit) is checked against before it is written (`check_job`).
 
 Batch arithmetic: strong scaling keeps the global batch B and gives each of N workers B/N;
 weak scaling keeps the per-worker batch b, so the global batch is N*b. A study may hold both
@@ -13,13 +15,15 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from dlperf.analytic.devices import get_device
-from dlperf.config import ScaleConfig, ScaleMode
+from dlperf.config import Experiment, ScaleConfig, ScaleJob, ScaleMode
 from dlperf.distributed.launch import check_endpoint
 from dlperf.distributed.scaling import point_name, series
 from dlperf.errors import UserError
+from dlperf.store.names import Made, at_most, check_made_names, given
 from dlperf.system import usable_cores
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -151,16 +155,22 @@ def strategies(opts: ScaleConfig) -> list[str]:
     return chosen
 
 
+def tf_comms(opts: ScaleConfig, strategy: str, gpus: bool) -> list[str]:
+    """The TensorFlow all-reduces of one strategy's points on workers with or without `gpus`
+    (the strategy's default when none is given)."""
+    valid = TF_ALLREDUCE[strategy]
+    default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
+    return [a for a in opts.allreduce if a in valid] or [default]
+
+
 def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
-    """The TensorFlow all-reduces of one strategy's points (its default when none is given)."""
+    """The TensorFlow all-reduces of one strategy's points on this host."""
     import torch
 
     gpus = torch.cuda.is_available()
-    valid = TF_ALLREDUCE[strategy]
-    default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
-    mine: list[str] = [a for a in opts.allreduce if a in valid] or [default]
+    mine = tf_comms(opts, strategy, gpus)
     if "nccl" in mine and not gpus:
-        rest = [a for a in valid if a != "nccl"]
+        rest = [a for a in TF_ALLREDUCE[strategy] if a != "nccl"]
         raise UserError("--allreduce nccl needs GPUs, and none are available here",
                         f"use {' or '.join(rest)}")  # fmt: skip
     return mine
@@ -174,49 +184,96 @@ def check_tensorflow(model: str) -> None:
 
 
 def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
-    """What the Horovod path needs: its communication options, horovodrun, and TensorFlow
-    for the TensorFlow binding."""
-    from dlperf.distributed.hvd_launch import horovodrun
-
+    """What the Horovod path needs of the options: its communication options, and a model
+    of TensorFlow's for the TensorFlow binding (horovodrun: `plan`, on the host)."""
     for name in opts.comm:
         if name not in HOROVOD_COMM:
             raise UserError(f"--comm {name} is DDP's", f"horovod takes {' | '.join(HOROVOD_COMM)}")
     if opts.allreduce:
         raise UserError("--allreduce is TensorFlow's", "horovod takes --comm and --bucket-mb")
-    if horovodrun() is None:
-        raise UserError("--framework horovod needs Horovod, which is not installed",
-                        "build it with `make horovod` (docs/scale.md#horovod)")  # fmt: skip
     if "tensorflow" in chosen:
         check_tensorflow(model)
 
 
-def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
-    """Every point of the study after checking the options: series by series (the modes in
-    the order given, each mode's batches smallest first), fewest workers first in each."""
-    import torch
+def check_tf_options(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
+    """What the TensorFlow path needs of the options: one of its models, no DDP options, and
+    all-reduces of the strategies chosen."""
+    check_tensorflow(model)
+    if opts.bucket_mb or opts.comm != ["allreduce"]:
+        raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
+    for name in opts.allreduce:
+        if not any(name in TF_ALLREDUCE[s] for s in chosen):
+            takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
+            raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
+                            f"{','.join(chosen)}", takes)  # fmt: skip
 
+
+def check_portable(opts: ScaleConfig, model: str) -> list[str]:
+    """The checks of a study's plan that need neither this host (its cores, GPUs, extras)
+    nor this node's place in it (--node-rank, --rdzv: a job file gives each node its own),
+    so that --emit makes them before it writes a job whose every node would refuse it: the
+    options, each framework's, every worker count over the nodes and every point's batch
+    split. The strategies chosen."""
     check_options(opts)
     chosen = strategies(opts)
+    if opts.framework == "horovod":
+        check_horovod(opts, model, chosen)
+    if opts.framework == "tensorflow":
+        check_tf_options(opts, model, chosen)
+    if "dp" in chosen:
+        if opts.nnodes > 1:
+            raise UserError("--strategy dp runs in one process on one node", "use ddp")
+        if opts.backend == "gloo":  # `plan` also refuses the gloo that auto is on a CPU host
+            raise UserError("--strategy dp trains on the GPUs, not with --backend gloo",
+                            "leave out --backend, or use ddp")  # fmt: skip
+    for workers in opts.workers:
+        if workers % opts.nnodes:
+            raise UserError(f"{workers} workers do not split evenly over {opts.nnodes} nodes")
+    for (mode, batch), workers in itertools.product(by_batch(opts), sorted(set(opts.workers))):
+        batch_split(mode, workers, batch)
+    return chosen
+
+
+def by_batch(opts: ScaleConfig) -> list[tuple[ScaleMode, int | None]]:
+    """The study's series: the modes in the order given, each mode's batches smallest first."""
+    return [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or (None,)]
+
+
+def points_of(
+    opts: ScaleConfig, chosen: list[str], comms: Callable[[str], Sequence[str]]
+) -> list[Point]:
+    """The points of the study, series by series, fewest workers first in each; `comms`: the
+    communication of a strategy's points."""
+    points = []
+    for (mode, batch), workers, strategy in itertools.product(
+        by_batch(opts), sorted(set(opts.workers)), chosen
+    ):
+        per_worker, global_batch = batch_split(mode, workers, batch)
+        for comm, bucket in itertools.product(comms(strategy), opts.bucket_mb or (None,)):
+            points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
+    return points
+
+
+def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
+    """Every point of the study after checking this node's place in it, the options
+    (`check_portable`) and this host: series by series (the modes in the order given,
+    each mode's batches smallest first), fewest workers first in each."""
+    import torch
+
     if opts.node_rank >= opts.nnodes:
         raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
     if opts.nnodes > 1 and not opts.rdzv:
         raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
+    chosen = check_portable(opts, model)
     if opts.framework == "horovod":
-        check_horovod(opts, model, chosen)
-    if opts.framework == "tensorflow":
-        check_tensorflow(model)
-        if opts.bucket_mb or opts.comm != ["allreduce"]:
-            raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
-        for name in opts.allreduce:
-            if not any(name in TF_ALLREDUCE[s] for s in chosen):
-                takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
-                raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
-                                f"{','.join(chosen)}", takes)  # fmt: skip
+        from dlperf.distributed.hvd_launch import horovodrun
+
+        if horovodrun() is None:
+            raise UserError("--framework horovod needs Horovod, which is not installed",
+                            "build it with `make horovod` (docs/scale.md#horovod)")  # fmt: skip
     if "dp" in chosen:
         if not torch.cuda.is_available():
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
-        if opts.nnodes > 1:
-            raise UserError("--strategy dp runs in one process on one node", "use ddp")
         if backend != "nccl":
             raise UserError(f"--strategy dp trains on the GPUs, not with --backend {backend}",
                             "leave out --backend, or use ddp")  # fmt: skip
@@ -226,9 +283,7 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     processes = any(s in DATA_PARALLEL for s in chosen)
     on_cpu = backend == "gloo" or (processes and not torch.cuda.is_available())
     for workers in opts.workers:
-        if workers % opts.nnodes:
-            raise UserError(f"{workers} workers do not split evenly over {opts.nnodes} nodes")
-        per_node = workers // opts.nnodes
+        per_node = workers // opts.nnodes  # even: check_portable
         if on_cpu and per_node > usable_cores() and not opts.allow_oversubscribe:
             raise UserError(
                 f"{per_node} workers per node but this host has {usable_cores()} usable cores",
@@ -240,19 +295,11 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
         if backend != "nccl":  # the workers' threads (Study.threads): on GPUs, one each
             check_threads(opts, per_node if processes else 1)
-    points = []
-    by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or (None,)]
-    for (mode, batch), workers, strategy in itertools.product(
-        by_batch, sorted(set(opts.workers)), chosen
-    ):
-        per_worker, global_batch = batch_split(mode, workers, batch)
-        comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
-        for comm, bucket in itertools.product(comms, opts.bucket_mb or (None,)):
-            points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
+    tensorflow = opts.framework == "tensorflow"
+    points = points_of(opts, chosen, lambda s: tf_allreduce(opts, s) if tensorflow else opts.comm)
     # The extra itself, checked after every option so that a wrong option gets its own
     # message whether or not TensorFlow is installed.
-    tensorflow = opts.framework == "tensorflow" or "tensorflow" in chosen
-    if tensorflow and importlib.util.find_spec("tensorflow") is None:
+    if (tensorflow or "tensorflow" in chosen) and importlib.util.find_spec("tensorflow") is None:
         raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
                         "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
     # Last, once every option is right: a host's port, not an option.
@@ -261,3 +308,40 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         # is another process's (of several nodes it may be another node's torchrun).
         check_endpoint(opts.rdzv)
     return points
+
+
+def given_name(exp: Experiment) -> str:
+    """The name a study's own are made from: run.name, else the model's."""
+    return given(exp.run.name, exp.model.name)[0]
+
+
+def study_name(exp: Experiment) -> str:
+    return f"scale {given_name(exp)}"
+
+
+def run_name(exp: Experiment, point: Point) -> str:
+    return f"{given_name(exp)} {point.label()}"
+
+
+def check_names(exp: Experiment, points: Sequence[Point]) -> None:
+    """The study's name and every point's run name fit the store, checked before the study
+    is recorded: the store checks a run's name only as it is written, after the point's first
+    round, and a study of no runs was left behind. On every node, so that none waits on
+    node 0 to fail."""
+    name, source = given(exp.run.name, exp.model.name)
+    made = [
+        Made("study", study_name(exp), "the prefix 'scale '"),
+        *(Made("run", run_name(exp, p), f"point label {p.label()!r}") for p in points),
+    ]
+    check_made_names(name, source, made, at_most("run.name"))
+
+
+def check_job(job: ScaleJob, gpus: bool) -> None:
+    """Refuse a study that a job file's nodes would, as far as can be told here: the checks
+    of `check_portable` and the names of its runs (`gpus`: whether the job's nodes have GPUs,
+    which a TensorFlow point's default all-reduce, and so its name, depends on)."""
+    opts = job.scale
+    chosen = check_portable(opts, job.experiment.model.name)
+    tensorflow = opts.framework == "tensorflow"
+    points = points_of(opts, chosen, lambda s: tf_comms(opts, s, gpus) if tensorflow else opts.comm)
+    check_names(job.experiment, points)

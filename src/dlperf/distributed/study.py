@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dlperf.config import Experiment, ScaleJob
+from dlperf.config import ScaleJob
 from dlperf.data.augment import check_augment
 from dlperf.distributed.contracts import PointRow, PointSummary, RankResult, WorkerSpec, read_ranks
 from dlperf.distributed.hvd_launch import run_horovod
@@ -29,9 +29,12 @@ from dlperf.distributed.launch import Rendezvous, ensure_open_files, run_torchru
 from dlperf.distributed.planning import (
     DATA_PARALLEL,
     Point,
+    check_names,
     hourly_price,
     plan,
     resolve_backend,
+    run_name,
+    study_name,
     threads_per_worker,
 )
 from dlperf.distributed.predictions import (
@@ -61,7 +64,6 @@ from dlperf.formatting import few
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore
-from dlperf.store.names import Made, at_most, check_made_names, given
 from dlperf.system import system_info, usable_cores
 
 WORKER_MODULE = "dlperf.distributed.worker"
@@ -499,32 +501,6 @@ def check_complex_comm(model: torch.nn.Module, comms: Sequence[str], name: str) 
             f"{few(complex_)}",
             "use --comm allreduce for this model",
         )
-
-
-def given_name(exp: Experiment) -> str:
-    """The name a study's own are made from: run.name, else the model's."""
-    return given(exp.run.name, exp.model.name)[0]
-
-
-def study_name(exp: Experiment) -> str:
-    return f"scale {given_name(exp)}"
-
-
-def run_name(exp: Experiment, point: Point) -> str:
-    return f"{given_name(exp)} {point.label()}"
-
-
-def check_names(exp: Experiment, points: Sequence[Point]) -> None:
-    """The study's name and every point's run name fit the store, checked before the study
-    is recorded: the store checks a run's name only as it is written, after the point's first
-    round, and a study of no runs was left behind. On every node, so that none waits on
-    node 0 to fail."""
-    name, source = given(exp.run.name, exp.model.name)
-    made = [
-        Made("study", study_name(exp), "the prefix 'scale '"),
-        *(Made("run", run_name(exp, p), f"point label {p.label()!r}") for p in points),
-    ]
-    check_made_names(name, source, made, at_most("run.name"))
 
 
 def run_study(
