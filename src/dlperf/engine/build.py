@@ -24,6 +24,7 @@ from dlperf.data.augment import check_augment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import (
     DRY_BATCH,
+    Grown,
     ReadFailed,
     TooDeep,
     check_batch_fits,
@@ -429,7 +430,7 @@ def _check_model(
             output = dry_forward(
                 model.to(device), data.shape, rejects, device, what=f"model {name}"
             )
-        except (TooDeep, ReadFailed, MissingDevice):  # not its dtype, the images' size
+        except (TooDeep, ReadFailed, MissingDevice, Grown):  # not its dtype, the images' size
             raise
         except UserError as e:
             refused = not_float32(model, name, e.message, exp.run.precision) or misfit(

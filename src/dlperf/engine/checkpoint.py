@@ -327,6 +327,10 @@ def _describe(owner: dict[str, Any]) -> str:
     )
 
 
+# How `_mismatches` says an entry of the checkpoint the model lacks.
+NOT_IN_MODEL = " is not in the model"
+
+
 def fit_weights(
     model: torch.nn.Module,
     weights: Mapping[str, Any],
@@ -361,6 +365,21 @@ def fit_weights(
         what, hint = f"model '{name}'", "use the dlperf the run was trained with"
     if found:
         shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        if same_file and is_file_spec(name) and all(f.endswith(NOT_IN_MODEL) for f in found):
+            # The checkpoint holds more and lacks nothing: as a forward that made layers as it
+            # ran left it (a run trained before the dry checks refused one), or a factory
+            # deeper on some calls. Which, nothing here can tell: both are said.
+            raise UserError(
+                f"run {run_id}'s checkpoint does not fit {what}, though the file is the one "
+                f"the run was trained with (its sha256 is the stored one): {shown}; its forward "
+                "adds them as it runs (a layer made in forward after its first call), or its "
+                "factory builds a different network on each call (nondeterministic: a size "
+                "drawn at random or read from the environment, the clock or the process id), "
+                "or a module it imports changed",
+                "create every layer in __init__, or make the factory build the same network on "
+                "every call (pass such a size in [model] kwargs), or restore the modules it "
+                "imports; then train it again",
+            )
         if same_file and is_file_spec(name):
             raise UserError(
                 f"run {run_id}'s checkpoint does not fit {what}, though the file is the one "
@@ -418,5 +437,5 @@ def _mismatches(expected: Mapping[str, Any], weights: Mapping[str, Any]) -> list
         and given.shape != value.shape
     ]
     found += [f"{key} is not in the checkpoint" for key in expected if key not in weights]
-    found += [f"{key} is not in the model" for key in weights if key not in expected]
+    found += [f"{key}{NOT_IN_MODEL}" for key in weights if key not in expected]
     return found

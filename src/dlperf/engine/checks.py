@@ -160,13 +160,90 @@ def _source(model: nn.Module) -> Path:
 
 
 @contextlib.contextmanager
-def kept(model: nn.Module) -> Iterator[None]:
-    """The block (a forward of `model`) with torch's settings put back after it (Kept)."""
+def kept(model: nn.Module, what: str = "the model") -> Iterator[None]:
+    """The block (a forward of `model`, `what`) with torch's settings put back after it (Kept),
+    and, where it returned, the model refused if it grew in it (`check_not_grown`)."""
     before = Kept.now()
     try:
         yield
     finally:
         before.put_back(model)
+    check_not_grown(model, what)
+
+
+class Grown(UserError):
+    """A model whose forward registered parameters or buffers after its first call: one line
+    of its own, which no caller of a dry forward turns into a blame on the images or the
+    batch size."""
+
+
+# The fix for a model that grows as it runs, said by the dry checks and by training alike.
+IN_INIT = (
+    "create every layer in __init__; for one sized by the input, nn.LazyLinear or nn.LazyConv2d"
+)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a model's checkpoint holds of it, as a forward may change it: its parameters by
+    name, each the tensor itself (a forward that makes `self.w = nn.Parameter(...)` again
+    makes another under the old name, which no optimizer holds), and its persistent buffers'
+    names (a buffer is reassigned by design, `self.count = self.count + 1`, and a
+    non-persistent one, a cache, is no part of the state_dict that export loads)."""
+
+    parameters: dict[str, torch.Tensor]
+    buffers: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> Held:
+        buffers = tuple(
+            f"{prefix}.{name}" if prefix else name
+            for prefix, module in model.named_modules()
+            for name, _ in module.named_buffers(recurse=False)
+            if name not in getattr(module, "_non_persistent_buffers_set", ())
+        )
+        return cls(dict(model.named_parameters()), buffers)
+
+    def added(self, model: nn.Module) -> str | None:
+        """What `model` holds now that it did not: "parameters (extra.weight, extra.bias)",
+        "buffers (seen)", or both; None when nothing."""
+        now = Held.of(model)
+        made = [n for n, p in now.parameters.items() if self.parameters.get(n) is not p]
+        registered = [n for n in now.buffers if n not in self.buffers]
+        said = [
+            f"{kind} ({few(names, 4)})"
+            for kind, names in (("parameters", made), ("buffers", registered))
+            if names
+        ]
+        return " and ".join(said) or None
+
+
+# Each model's Held after its first dry forward, by id as _TOLD is. A layer its first forward
+# makes (sized by the input it sees) is in the network every rebuild makes as its own checks
+# run (export, --resume, a distill teacher), and is in the optimizer, built after them.
+_FIRST: dict[int, Held] = {}
+
+
+def check_not_grown(model: nn.Module, what: str) -> None:
+    """Refuse `model` (`what`) where a dry forward after its first registered parameters or
+    persistent buffers: a network that grows as it runs is not the one its factory builds,
+    so its checkpoint fitted no rebuild of it ("its factory builds a different network on each
+    call", export said), and what it makes once the optimizer is built never trains. The
+    first call only takes note of what the model holds."""
+    key = id(model)
+    if key not in _FIRST:
+        _FIRST[key] = Held.of(model)
+        weakref.finalize(model, _FIRST.pop, key, None)
+        return
+    added = _FIRST[key].added(model)
+    if added is not None:
+        raise Grown(
+            f"the forward of {what} registered new {added} after its first call: a network that "
+            "grows as it runs is not the one its factory builds, so no export or --resume "
+            "could load its checkpoint, and what it adds after the optimizer is built never "
+            "trains",
+            IN_INIT,
+        )
 
 
 def dry_forward(
@@ -215,11 +292,13 @@ def _dry_forward(
     if zeros.dim() == 4:  # the run's memory format, as the trainer feeds its batches
         zeros = zeros.contiguous(memory_format=memory_format)
     try:
-        with torch.no_grad(), warnings.catch_warnings(), kept(model):
+        with torch.no_grad(), warnings.catch_warnings(), kept(model, what):
             # torch.utils.checkpoint (reentrant) warns of an input without gradients, as
             # none has any here: the training steps, with gradients, are what it is for
             warnings.filterwarnings("ignore", NO_GRAD_INPUTS, UserWarning)
             return model(zeros)
+    except Grown:  # it returned, and grew: its own line
+        raise
     except Exception as e:  # a user's forward fails in any way: TypeError for a signature
         if isinstance(e, RecursionError):  # its nesting's, on the way through torch or its own
             refuse_too_deep(model, what)
@@ -301,7 +380,9 @@ def check_run_form(
     )
     refused = f"model {what} takes a batch of {DRY_BATCH} images but not of {OTHER_BATCH}"
     try:
-        output = dry_forward(model, shape, refused, device, batch=OTHER_BATCH)
+        output = dry_forward(model, shape, refused, device, batch=OTHER_BATCH, what=f"model {what}")
+    except Grown:
+        raise
     except UserError as e:
         raise UserError(e.message, e.hint or fixed) from None
     if isinstance(output, torch.Tensor) and output.shape[:1] != (OTHER_BATCH,):
@@ -324,7 +405,16 @@ def check_run_form(
         model.to(memory_format=torch.channels_last)
         refused = f"model {what} fails in run.channels_last's memory format"
         try:
-            dry_forward(model, shape, refused, device, memory_format=torch.channels_last)
+            dry_forward(
+                model,
+                shape,
+                refused,
+                device,
+                memory_format=torch.channels_last,
+                what=f"model {what}",
+            )
+        except Grown:
+            raise
         except UserError as e:
             raise UserError(
                 e.message,
@@ -458,9 +548,9 @@ def dry_backward(
         for p, _ in grads:  # put back below: which ones this backward reaches
             p.grad = None
         with torch.enable_grad():  # put back as it was on leaving, whatever the forward sets
-            scores = _forward_with_gradients(model, shape, cannot, device)
+            scores = _forward_with_gradients(model, shape, cannot, device, f"model {what}")
             if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
-                frozen = _frozen_on_the_way(model, shape, device)
+                frozen = _frozen_on_the_way(model, shape, device, f"model {what}")
                 if frozen:
                     raise UserError(
                         f"{cannot}: the parameters its scores come from are frozen "
@@ -518,7 +608,7 @@ def dry_backward(
 
 
 def _forward_with_gradients(
-    model: nn.Module, shape: Sequence[int], cannot: str, device: torch.device | None
+    model: nn.Module, shape: Sequence[int], cannot: str, device: torch.device | None, what: str
 ) -> object:
     """`dry_backward`'s forward of `model` (gradients on, training mode): what it returned.
     An error the model's own code raises (a `raise` in its forward, on this call alone) goes
@@ -527,7 +617,7 @@ def _forward_with_gradients(
     records the graph (no derivative for an operation, a leaf changed in place, an inference
     tensor saved), as the same forward passed without gradients: the backward's line."""
     try:
-        with kept(model):
+        with kept(model, what):
             return model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
     except RuntimeError as e:
         if raised_by_model(e):
@@ -550,7 +640,7 @@ def _backward_failed(
 
 
 def _frozen_on_the_way(
-    model: nn.Module, shape: Sequence[int], device: torch.device | None
+    model: nn.Module, shape: Sequence[int], device: torch.device | None, what: str
 ) -> list[str]:
     """The frozen parameters (requires_grad=False) of `model`, whose scores carry no gradient,
     that those scores are computed from, found by a forward and backward with all of them
@@ -565,12 +655,14 @@ def _frozen_on_the_way(
     try:
         for _, p in frozen:
             p.requires_grad_(True)
-        with kept(model):
+        with kept(model, what):
             scores = model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
         if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
             return []
         scores.float().sum().backward()  # type: ignore[no-untyped-call]
         return [n for n, p in frozen if p.grad is not None]
+    except Grown:  # said, as from every other forward
+        raise
     except Exception:  # a model failing so is told by the line for no gradient
         return []
     finally:
@@ -656,7 +748,11 @@ def check_batch_trains(
         return
     refused = f"model {what} cannot train at train.batch_size {batch_size}"
     try:
-        dry_forward(model, shape, refused, device, training=True, batch=batch_size)
+        dry_forward(
+            model, shape, refused, device, training=True, batch=batch_size, what=f"model {what}"
+        )
+    except Grown:
+        raise
     except UserError as e:
         raise UserError(
             e.message, f"use train.batch_size {DRY_BATCH} or more, or a model without batch norm"
@@ -692,7 +788,7 @@ def check_run_batch(
         return
     where = where or f"train.batch_size {batch_size}"
     refused = f"model {what} cannot take a batch of {batch_size} ({where})"
-    output = dry_forward(model, shape, refused, device, batch=batch_size)
+    output = dry_forward(model, shape, refused, device, batch=batch_size, what=f"model {what}")
     if isinstance(output, torch.Tensor) and output.shape[:1] == (batch_size,):
         return
     if isinstance(output, torch.Tensor):
@@ -842,7 +938,7 @@ def check_finite(
     a sound model (one that divides by their norm), so random ones are tried before refusing."""
     if bool(torch.isfinite(output).all()):
         return
-    with torch.no_grad(), kept(model):
+    with torch.no_grad(), kept(model, f"model {what}"):
         again = model(torch.rand(DRY_BATCH, *shape, device=device, dtype=torch.float32))
     if (
         isinstance(again, torch.Tensor)

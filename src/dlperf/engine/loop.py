@@ -82,7 +82,7 @@ def fit(
     tally = EpochTally(clock.device) if evaluate else None
     report = EpochReport(
         state, clock, sink, reporter, run, tally, metrics, model, epochs, evaluate, target,
-        after_epoch,
+        after_epoch, step.check_not_grown,
     )  # fmt: skip
     if window:
         window.on_written = lambda path: sink.add_artifact("trace", path)
@@ -482,6 +482,9 @@ class EpochReport(Component):
     evaluate: Callable[[], dict[str, float]] | None
     target: float | None
     after: Callable[[], None] | None = None
+    # Raises where the model's forward grew it since the optimizer was built (its training's
+    # or its evaluation's), before the epoch's rows and checkpoint: TrainStep.check_not_grown
+    check_not_grown: Callable[[], None] | None = None
 
     def on_epoch_end(self, epoch: int) -> None:
         clock, state, tally = self.clock, self.state, self.tally
@@ -489,6 +492,8 @@ class EpochReport(Component):
         # Read before evaluating: NVML's last sample period is then the epoch's training.
         utilization = gpu_utilization(clock.device)
         val = self.evaluated()
+        if self.check_not_grown is not None:
+            self.check_not_grown()
         state.end_epoch(epoch, clock.end(epoch), val.get("acc1", math.nan), self.target)
         rows = tally.rows(epoch) if tally else []
         rows += [(f"val/{k}", epoch, v) for k, v in val.items()]

@@ -23,7 +23,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.config import RunConfig, TrainConfig
-from dlperf.engine.checks import Kept, refuse_compiling
+from dlperf.engine.checks import IN_INIT, Held, Kept, refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.errors import UserError
 from dlperf.precision import autocast as precision_autocast
@@ -50,6 +50,22 @@ class GradientsOff(WrongOutput):
             "off (torch.set_grad_enabled(False), or torch.no_grad() entered outside a "
             "with-block): the loss has none to train on; turn them off only within a "
             "with-block: with torch.no_grad(): ..."
+        )
+
+
+class ModelGrew(WrongOutput):
+    """The model's forward registered parameters or persistent buffers during training, after
+    the optimizer was built from those it had (a layer made at its twentieth call, past the dry
+    checks, which refuse one made before): they never train, every later score passes through
+    them as they were made, and the checkpoint holds them though the factory builds no such
+    network. The run fails in this one line, as for a wrong output; it trained, rc 0, with no
+    word."""
+
+    def __init__(self, model: nn.Module, added: str) -> None:
+        super().__init__(
+            f"model {type(model).__name__}'s forward registered new {added} during training, "
+            "after the optimizer was built: they never trained, and its checkpoint fits no "
+            f"network its factory builds; {IN_INIT}"
         )
 
 
@@ -167,6 +183,19 @@ class TrainStep:
     memory_format: torch.memory_format = torch.preserve_format  # the trainer's inputs'
     # The scores each output row holds: see check_output.
     classes: int | None = None
+    # What the model held as the optimizer was built from it: see check_not_grown.
+    held: Held = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.held = Held.of(self.model)
+
+    def check_not_grown(self) -> None:
+        """Raise ModelGrew where the model holds parameters or persistent buffers it did not
+        as the optimizer was built (`held`). Asked as each epoch ends, before its checkpoint,
+        and after a final evaluation, not at every step: a walk of the model's modules."""
+        added = self.held.added(self.model)
+        if added is not None:
+            raise ModelGrew(self.model, added)
 
     def __call__(self, x: Any, y: Any) -> Stepped:
         self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
