@@ -1454,6 +1454,22 @@ def _warnings_where_made() -> Iterator[None]:
         warnings.showwarning = show
 
 
+_GLOBAL_HOOKS_WARNING = re.escape("Using `torch.compile(module)` when there are global hooks")
+"""The start of the warning a torch.compile'd module gives on each call while any global module
+hook is registered (torch/_dynamo/eval_frame.py)."""
+
+
+@contextlib.contextmanager
+def _own_hooks_unwarned() -> Iterator[None]:
+    """torch.compile's warning of global module hooks kept off during a count: a compiled
+    submodule (`self.body = torch.compile(block)`) gave it on each call, in torch's words and
+    naming contextlib.py, for hooks the user never registered: the count's own, which give its
+    OptimizedModule, having no weights of its own, no row."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _GLOBAL_HOOKS_WARNING, UserWarning)
+        yield
+
+
 def _value_reader(e: BaseException) -> tuple[str, str] | None:
     """The function whose operation read a meta tensor's values when `e` was raised: the
     innermost frame outside torch's machinery, as (module, qualified name)."""
@@ -2177,6 +2193,16 @@ def _callers_modes_off() -> Iterator[None]:
         yield
 
 
+def uncompiled(model: nn.Module) -> nn.Module:
+    """The module inside torch.compile's OptimizedModule (its `_orig_mod`, as
+    models/transfer.py unwraps it), else `model`: the network, its weights and its names as
+    uncompiled. A count of the wrapper ran dynamo under dlperf's global hooks (torch warned of
+    them) and named every row `_orig_mod.`; an export of it failed with a dynamic batch."""
+    while isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):
+        model = inner
+    return model
+
+
 @_callers_modes_off()
 def analyze_module(
     model: nn.Module,
@@ -2196,8 +2222,10 @@ def analyze_module(
     CPU tensors of random values instead (seeded, the global generator left as it was), when
     weights and input come to at most REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then
     says why. `command` names the command in a refusal. A model nested too deep for Python's
-    recursion limit is one line naming its depth (`nesting_told`).
+    recursion limit is one line naming its depth (`nesting_told`). A torch.compile'd model
+    is counted as the module inside (`uncompiled`).
     """
+    model = uncompiled(model)
     with nesting_told(model):
         return _analyze_module(model, input_shape, batch, train, precision, name, command)
 
@@ -2315,7 +2343,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
     hooks = mode.layer_hooks() + mode.node_hooks()
     memory = None
     try:
-        with tracker, _warnings_where_made():
+        with tracker, _warnings_where_made(), _own_hooks_unwarned():
             saved = _SavedTensors(model)  # saves nothing without a gradient
             grad = contextlib.nullcontext() if train else torch.no_grad()
             with mode, _FunctionCalls(mode), _attention_as_on_cpu(mode), saved, grad:
@@ -2481,6 +2509,7 @@ def count_model(
     convention whose counts of one of `model`'s modules are not reproduced is refused.
     `command` names the caller in a refusal: by default the API, which calls this with the
     caller's own module (the CLI's commands count through `analyze`)."""
+    model = uncompiled(model)  # its modules named as analyze_module names its rows
     with nesting_told(model):  # the walks below, before analyze_module's own
         _refuse_unreproduced(model, macs_convention)
     a = analyze_module(model, shape, batch, train, precision, name, command)

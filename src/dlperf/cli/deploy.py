@@ -196,7 +196,7 @@ def bench_cmd(
     flags = {"torch": torch, "batch": batch, "threads": threads, "repeats": repeats}
     opts = load_job(InferJob, config, set_, infer=flags).infer
     with console.reporter() as rep:
-        contender = pytorch_contender(model, opts.torch, reader, rep)
+        contender = pytorch_contender(model, opts.torch, reader, rep, opts.batch)
         result = bench(model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep)
     if console.printed_json(as_json, result):
         return

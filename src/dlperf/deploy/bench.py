@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +53,7 @@ def bench(
     # ONNX Runtime on the CPU, where the PyTorch contenders run, even with onnxruntime-gpu.
     session = runtime.session(model_path, n_threads, cpu=True)
     spec = session.get_inputs()[0]
-    fixed = spec.shape[0] if isinstance(spec.shape[0], int) else None
-    if fixed is not None and any(b != fixed for b in batches):
-        raise UserError(
-            f"{model_path} was exported with a fixed batch of {fixed}",
-            "export it again with --dynamic-batch to measure other batch sizes",
-        )
+    _refuse_fixed(model_path, runtime.exported_batch(session), batches)
     contenders: dict[str, nn.Module] = {}
     if torch_model is not None:
         contenders["torch eager"] = torch_model.eval()
@@ -111,16 +106,38 @@ def bench(
     }
 
 
+def _refuse_fixed(model_path: Path, fixed: int | None, batches: Sequence[int]) -> None:
+    """Refuse batch sizes other than the one `model_path`'s graph is fixed at (`fixed`; None
+    where its batch is dynamic)."""
+    if fixed is not None and any(b != fixed for b in batches):
+        raise UserError(
+            f"{model_path} was exported with a fixed batch of {fixed}",
+            "export it again with --dynamic-batch to measure other batch sizes",
+        )
+
+
+def _graphs_batch(graph: Any) -> int | None:
+    """The batch size `graph` takes only, read as ONNX Runtime reads it (its first input
+    that is no initializer); None where its batch is dynamic or unsaid."""
+    weights = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
+    return dims[0].dim_value if dims and dims[0].HasField("dim_value") else None
+
+
 def pytorch_contender(
     model_path: Path,
     spec: str | None,
     open_store: Callable[[], RunStore],
     reporter: Reporter | None = None,
+    batches: Sequence[int] | None = None,
 ) -> nn.Module | None:
     """The PyTorch model to race: `spec` (RUN_ID or registry name), else the one the
     metadata names: its run when the store has it, else the registry model with random
     weights (the same architecture runs at the same speed), built with the model.kwargs the
-    metadata records. None when neither can be built."""
+    metadata records. None when neither can be built. `batches`, those `bench` will be
+    given, are refused first where the file's batch is fixed at another, as `bench` refuses
+    them: before any model is built (a model file's torch.compile wrote its log line first)."""
     import onnx
 
     reporter = reporter or NullReporter()
@@ -128,6 +145,8 @@ def pytorch_contender(
     # them (`infer bench` hashed them twice, once for each).
     meta = meta_io.load(model_path, weights=False)
     graph = onnx.load(str(model_path), load_external_data=False).graph
+    if batches is not None:
+        _refuse_fixed(model_path, _graphs_batch(graph), batches)
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
     if spec is None:
         source = _from_meta(model_path, meta, graph, classes, open_store, reporter)

@@ -82,7 +82,7 @@ def from_registry(
     (export.num_classes or model.kwargs.num_classes), checked as analyze checks it: refused
     for a factory that takes none, warned of where the model's output is of another width.
     Otherwise it is the caller's own (bench's: the exported graph's width), not checked."""
-    from dlperf.analytic.counting import refuse_unused_classes, unused_classes
+    from dlperf.analytic.counting import refuse_unused_classes, uncompiled, unused_classes
     from dlperf.models import create_model
     from dlperf.models.registry import check_automatic, refusing_unregistered, without_automatic
 
@@ -113,6 +113,7 @@ def from_registry(
     model = create_model(
         name, in_channels=shape[0], factory_seed=0, **sized, **without_automatic(kwargs)
     )
+    model = uncompiled(model)  # a torch.compile'd one: see `from_run`
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
     _record_build(meta, name, kwargs)
@@ -142,6 +143,7 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     """A stored run's model with its trained weights, its data's preprocessing and labels,
     and up to 64 of its test images; `reporter` hears its data's load (a big image folder's
     takes minutes)."""
+    from dlperf.analytic.counting import uncompiled
     from dlperf.config import stored_experiment
     from dlperf.data.augment import normalize
     from dlperf.data.sources import decode_file
@@ -174,6 +176,11 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     # Its non-persistent buffers too, which the state dict leaves out: a forward reading one
     # that training changed exported its starting value, and parity compared with the same.
     checkpoint.restore_buffers(model, saved.get(checkpoint.BUFFERS))
+    # The module inside a factory's torch.compile(module), its weights now the run's: the
+    # exporters failed on the wrapper with a dynamic batch, in torch's words (its forward takes
+    # *args, which dynamic_shapes cannot match; TorchScript cannot trace dynamo's frames), and
+    # named its weights `_orig_mod.`; bench races it as "torch eager", as it is.
+    model = uncompiled(model)
     test = data.test
     n = min(len(test), REAL_IMAGES)
     if test.images is not None:
