@@ -211,8 +211,13 @@ def test_the_detector_to_fine_tune_takes_its_size_and_must_know_the_classes(
     sizes: list[int | None] = []
 
     def build(
-        name: str, weights: Path | None, size: int | None, fallback_labels: list[str]
+        name: str,
+        weights: Path | None,
+        size: int | None,
+        fallback_labels: list[str],
+        seed: int | None = 0,
     ) -> Detector:
+        assert seed is None  # random weights drawn as run.seed seeded torch, not build's 0
         sizes.append(size)
         known = ["bg", "x"] if weights else fallback_labels  # weights bring their own classes
         return Detector(None, name, size or 320, known)

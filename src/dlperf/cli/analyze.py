@@ -153,6 +153,7 @@ def predict(
         help="Save the roofline (each layer's arithmetic intensity under the device's compute "
         "and memory roofs) beside PALEO's time per layer to this file (PNG, PDF, SVG).",
         callback=console.PLOT.callback,
+        click_type=console.PLOT.click_type,
     ),
     as_json: Json = False,
     **flags: Any,

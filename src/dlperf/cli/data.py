@@ -23,6 +23,9 @@ CLASSES_HELP = (
     "Classes: N (the first N) or a comma list of names or indices (cat,dog or 3,7; one class: "
     "7,). Default: all."
 )
+# '' is refused as parsed, not taken as the current directory (console.OutPath).
+FIGURES_DIR = console.OutPath("data describe writes its figures into a directory", "--out figures")
+SAMPLES_DIR = console.OutPath("data samples writes its PNG files into a directory", "--out samples")
 
 
 def _data_sets(dataset: str, set_: list[str], allowed: tuple[str, ...]) -> list[str]:
@@ -58,7 +61,10 @@ def describe(
         "(repeatable); an [augment] key shows each sample beside its augmented copies.",
     ),
     out: Path = typer.Option(
-        None, "--out", help="Directory for the figures (default dlperf_runs/data-NAME)."
+        None,
+        "--out",
+        help="Directory for the figures (default dlperf_runs/data-NAME).",
+        click_type=FIGURES_DIR,
     ),
     classes: str = typer.Option(None, "--classes", help=f"In the sample grid. {CLASSES_HELP}"),
     per_class: int = typer.Option(8, "--per-class", help="Sample images shown per class."),
@@ -132,7 +138,12 @@ def _shown(counts: dict[str, int]) -> list[list[object]]:
 @data_app.command("samples")
 def samples(
     dataset: str = typer.Argument(..., help="A data set name (see `dlperf datasets`)."),
-    out: Path = typer.Option(..., "--out", help="Directory to write the PNG files into."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Directory to write the PNG files into.",
+        click_type=SAMPLES_DIR,
+    ),
     per_class: int = typer.Option(1, "--per-class", help="Images written per class."),
     classes: str = typer.Option(None, "--classes", help=CLASSES_HELP),
     split: str = typer.Option("test", "--split", help="train | val | test."),

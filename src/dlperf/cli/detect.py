@@ -46,6 +46,13 @@ SIZE = typer.Option(
 PRETRAINED = typer.Option(
     False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
 )
+# '' is refused as parsed, not taken as the current directory (console.OutPath).
+ANNOTATED_DIR = console.OutPath(
+    "detect run writes its annotated copies into a directory", "--out annotated"
+)
+SHAPES_DIR = console.OutPath(
+    "detect make-shapes writes its data set into a directory", "dlperf detect make-shapes shapes"
+)
 # Shortcuts for keys of [detect], [train] and [run] that finetune and eval take.
 MODEL_KEY = typer.Option(
     None,
@@ -63,7 +70,9 @@ FLAG_NAMES = {"train.batch_size": "--batch", "detect.ap_method": "--ap"}
 
 @detect_app.command("export")
 def export(
-    out: Path = console.out_file(..., "The ONNX file to write."),
+    out: Path = console.out_file(
+        ..., "The ONNX file to write.", thing="ONNX file", example="det.onnx"
+    ),
     model: str = MODEL,
     weights: Path = WEIGHTS,
     pretrained: bool = PRETRAINED,
@@ -113,7 +122,10 @@ def run(
         SCORE_THRESHOLD, "--score-threshold", help="Keep and draw scores >= this."
     ),
     out_dir: Path = typer.Option(
-        None, "--out", help="Directory for annotated copies (NAME.det.png, small images enlarged)."
+        None,
+        "--out",
+        help="Directory for annotated copies (NAME.det.png, small images enlarged).",
+        click_type=ANNOTATED_DIR,
     ),
     threads: int = THREADS,
     as_json: Json = False,
@@ -139,7 +151,11 @@ def run(
 
 @detect_app.command("make-shapes")
 def make_shapes(
-    root: Path = typer.Argument(..., help="Directory to write the VOC-layout set into."),
+    root: Path = typer.Argument(
+        ...,
+        help="Directory to write the VOC-layout set into.",
+        click_type=SHAPES_DIR,
+    ),
     # The defaults are the set detection's defaults learn in about 5 minutes on 2 cores.
     images: int = typer.Option(200, "--images", help="Number of images."),
     size: int = typer.Option(96, "--size", help="Image side in pixels."),
@@ -182,7 +198,9 @@ def finetune(
     config: Path = DETECT_CONFIG,
     set_: list[str] = set_option("train.lr=0.05"),
     weights: Path = WEIGHTS,
-    out: Path = console.out_file(Path("detector.pt"), "Checkpoint to write."),
+    out: Path = console.out_file(
+        Path("detector.pt"), "Checkpoint to write.", thing="checkpoint", example="detector.pt"
+    ),
     model: str = MODEL_KEY,
     size: int = SIZE,
     epochs: int = typer.Option(None, "--epochs", help="Passes over the train split."),

@@ -10,6 +10,9 @@ from dlperf.cli import console
 from dlperf.cli.app import Json, open_store, state
 from dlperf.cli.runs import runs_app
 
+# '' is refused as parsed, not taken as the current directory (console.OutPath).
+FIGURE = console.OutPath("--out names the figure to write", "--out runs.png")
+
 
 @runs_app.command("plot")
 def runs_plot(
@@ -22,7 +25,10 @@ def runs_plot(
     ),
     x: str = typer.Option("step", "--x", help="step | epoch | time (seconds since the run began)."),
     out: Path = typer.Option(
-        None, "--out", help="Figure file, .png, .svg or .pdf (default runs-ID-ID.png)."
+        None,
+        "--out",
+        help="Figure file, .png, .svg or .pdf (default runs-ID-ID.png).",
+        click_type=FIGURE,
     ),
     as_json: Json = False,
 ) -> None:

@@ -398,7 +398,8 @@ def _detector(
     try:
         # the weights' own names, where they have any, to compare with the set's below: given
         # as `labels` they named the weights' heads by position, and no check could fail
-        det = ssd.build(cfg.model, weights=weights, size=size, fallback_labels=labels)
+        # seed None: random weights drawn as run.seed seeded torch's generator before this
+        det = ssd.build(cfg.model, weights=weights, size=size, fallback_labels=labels, seed=None)
     except ssd.OtherClasses as e:  # the count is the set's: --num-classes is export's
         names = f"this set names {len(labels) - 1} ({', '.join(labels[1:])})"
         raise UserError(
