@@ -106,6 +106,7 @@ from dlperf.store.urls import (
     refuse_edged,
     refuse_missing_slashes,
     secret_option,
+    unescaped_at,
 )
 from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
 
@@ -143,6 +144,10 @@ PG_IDLE_CLOSED = "57P05"
 # A write PostgreSQL refused: a trigger's RAISE EXCEPTION (integrity.PG_RAISED), class 23 (a
 # constraint violated).
 PG_CONSTRAINT_CLASS = "23"
+# The lock a new run's id is chosen under in a PostgreSQL store (with its schema's hash), the
+# sequence it comes from, and that sequence's end: runs.id is a SERIAL.
+PG_RUN_ID_LOCK = int.from_bytes(b"runs", "big")
+PG_RUN_IDS, PG_INT_MAX = "pg_get_serial_sequence('runs', 'id')", 2**31 - 1
 PG_IDS_USED_UP = "2200H"  # sequence_generator_limit_exceeded: a table's row ids have run out
 UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
@@ -186,6 +191,17 @@ T = TypeVar("T")
 def _parsed(url: str) -> URL:
     """`url` parsed, or the one line for one SQLAlchemy cannot read: its own ValueError for a
     port that is not a number (an unclosed IPv6 bracket reads as one) was a traceback."""
+    # SQLAlchemy ends a password at its first @: the rest of one with an unescaped @ became
+    # the host, which the driver's error quoted and the driver looked up ("failed to resolve
+    # host 'cr'"), or the database, the query or a port "not a number". Refused first, on the
+    # URL as written, naming neither the host nor the password (masked to its last @).
+    if unescaped_at(url):
+        raise UserError(
+            f"cannot open run store {integrity.shown(masked_url(url))}: its user name or "
+            "password holds an unescaped @",
+            "write @ in a password as %40, e.g. postgresql+psycopg://user:p%40ss@host/db; "
+            "in a user name or a database's name too",
+        )
     try:
         parsed = make_url(url)
     except ArgumentError as e:
@@ -203,17 +219,6 @@ def _parsed(url: str) -> URL:
             f"cannot open run store {masked_url(url)!r}: its port is not a number",
             "e.g. postgresql://user@host:5432/db, an IPv6 host in brackets: [::1]:5432",
         ) from None
-    # No host holds an @: SQLAlchemy splits user:password@ at its first @, and the rest of a
-    # password with an unescaped @ became the host, which the driver's error then quoted
-    # ("failed to resolve host 'tail@127.0.0.1'"). Refused before any connection, naming
-    # neither the host nor the password.
-    if parsed.host is not None and "@" in parsed.host:
-        raise UserError(
-            f"cannot open run store {integrity.shown(masked_url(url))}: its user name or "
-            "password holds an unescaped @",
-            "write @ in a password as %40, e.g. postgresql+psycopg://user:p%40ss@host/db; "
-            "in a user name too",
-        )
     # SQLAlchemy drops a port that is 0 (falsy) from what it passes the driver, which then
     # connected to the default port: another server's store than the URL names. The driver
     # refuses 70000 itself ("invalid port number").
@@ -1096,7 +1101,11 @@ def _ids_used_up(name: str, schema: str, context: ExceptionContext) -> BaseExcep
     if getattr(orig, "sqlstate", None) != PG_IDS_USED_UP:
         return None
     said = "; ".join(line.strip() for line in str(orig).splitlines() if line.strip())
-    table = re.match(r"\s*INSERT\s+INTO\s+\"?(\w+)", context.statement or "", re.IGNORECASE)
+    statement = context.statement or ""
+    # An INSERT's table, or the one whose sequence a new run's id is taken from (`_pg_next_id`)
+    table = re.match(r"\s*INSERT\s+INTO\s+\"?(\w+)", statement, re.IGNORECASE) or re.search(
+        r"nextval\(pg_get_serial_sequence\('(\w+)'", statement
+    )
     sequence = re.search(r'sequence "([^"]+)" \((\d+)\)', said)
     if table is None or sequence is None:
         return IdsUsedUp(f"run store {name}: {said}")
@@ -1815,6 +1824,30 @@ def _dispose(engine: Engine, opened_in: int) -> None:
         engine.dispose(close=os.getpid() == opened_in)
 
 
+def _pg_next_id(s: Session) -> int | None:
+    """A new run's id in a PostgreSQL store: its sequence's next, unless rows of a run deleted
+    by hand (its foreign keys dropped by hand first) name that id or a later one: then the id
+    above them all, and the sequence moved to it. The new run took those rows' tags and
+    metrics as its own, and SQLite gave it another id (`_next_id`). Chosen under a lock that
+    every new run of the store's schema takes until its transaction ends: moving the sequence
+    is no transaction's, and could hand out again an id another process had just taken. None
+    where runs.id has no sequence (the database then says what it lacks)."""
+    s.execute(
+        text("SELECT pg_advisory_xact_lock(:key, hashtext(current_schema()))"),
+        {"key": PG_RUN_ID_LOCK},
+    )
+    chosen = s.scalar(text(f"SELECT nextval({PG_RUN_IDS})"))
+    if chosen is None:
+        return None
+    columns = (Run.id, Metric.run_id, Tag.run_id, Artifact.run_id)
+    top = max(s.scalar(select(func.max(c))) or 0 for c in columns)
+    # At the sequence's end (ids set there by hand) no id is above them: the sequence's own.
+    if chosen > top or top >= PG_INT_MAX:
+        return int(chosen)
+    s.execute(text(f"SELECT setval({PG_RUN_IDS}, :id)"), {"id": top + 1})
+    return top + 1
+
+
 class RunStore:
     def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
         self.engine = engine
@@ -2218,12 +2251,16 @@ class RunStore:
         return None
 
     def _next_id(self, s: Session) -> int | None:
-        """SQLite gives a new row the largest id + 1, so deleting the newest run would hand
-        its id to the next: a different run answering to `dlperf runs show 7`, and to any note
+        """A new run's id: above every id a run was given or a row names, on every backend.
+        SQLite gives a new row the largest id + 1, so deleting the newest run would hand its
+        id to the next: a different run answering to `dlperf runs show 7`, and to any note
         that names it. Deleting runs records the largest id deleted; new ids stay above it, and
         above every run the other tables name: a run row deleted by hand (sqlite3's foreign
         keys are off) leaves its metrics, tags and artifacts, which the next run took as its
-        own. (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
+        own. PostgreSQL's sequence never gives an id twice, but rows left by hand name ids too
+        (`_pg_next_id`). None lets the database choose (another dialect)."""
+        if self.engine.dialect.name == "postgresql":
+            return _pg_next_id(s)
         if self.engine.dialect.name != "sqlite":
             return None
         # Metrics' and tags' max is one seek (an index leads with run_id; the typeof filter

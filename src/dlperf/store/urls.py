@@ -7,7 +7,7 @@ SQLAlchemy reads and in one it cannot (which may still carry a password). Kept a
 
 Also a URL missing its `//` (`sqlite:x.db`), which is refused rather than taken as a path.
 `dlperf runs list`'s own reader (`reading`) asks that too, before SQLAlchemy is imported:
-SQLAlchemy is imported here only where a URL is masked.
+nothing here imports it (a password is found as SQLAlchemy's URL pattern finds it).
 
 And a store path as a line shows it (`shown`), saying where a name in it starts or ends with
 white space (`absent`), for `reading` too; a URL with such an edge is refused (`refuse_edged`).
@@ -15,7 +15,6 @@ white space (`absent`), for `reading` too; a URL with such an edge is refused (`
 
 from __future__ import annotations
 
-import contextlib
 import re
 from urllib.parse import unquote_plus
 
@@ -23,13 +22,10 @@ from dlperf.errors import UserError
 from dlperf.parsing import edged, name_text, one_line
 
 MASK = "***"
-# user:password@ as SQLAlchemy reads it: the password is all up to its first @ (it may hold
-# / ? # :); then up to the last @ before the path, where an unescaped @ in a password made
-# SQLAlchemy take the password's tail for part of the host.
-PASSWORD = re.compile(r"(://[^:/@?#]*:)[^@]*@(?:[^/?#]*@)?")
-# After make_url found a password: the user, then the password up to its first @, then the
-# host up to the last @ before the path (an unescaped @ in the password, as above).
-USERINFO = re.compile(r"([^:/]*:)[^@]*@(?:[^/?]*@)?")
+# user:password@ as SQLAlchemy's URL pattern reads it: a user name up to a : or / (it may
+# hold an @), a password up to its first @ (it may hold / ? # : &). Searched for anywhere, so
+# that a string SQLAlchemy cannot read as a URL (a scheme with a space) is masked too.
+PASSWORD = re.compile(r"://[^:/]*:([^@]*)@")
 # user[:password]@ then host[:port], as SQLAlchemy's URL pattern reads them: a password runs
 # to its first @ and may hold / and , (a split at the first / cut inside it).
 HOST_PART = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?([^/?]*)")
@@ -45,28 +41,58 @@ def secret_option(key: str) -> bool:
 
 def host_part(url: str) -> str:
     """The host[:port] part of `url` (libpq's host list, h1:5432,h2:5433, in it), found as
-    USERINFO and PASSWORD find the user and password before it."""
+    PASSWORD finds the user and password before it."""
     match = HOST_PART.match(url.partition("://")[2])
     return match.group(1) if match else ""
 
 
-def masked_url(url: str) -> str:
-    """`url` as dlperf prints or records it anywhere: with its passwords, if any, as ***."""
-    from sqlalchemy import make_url  # here: `reading` imports this module, never SQLAlchemy
-    from sqlalchemy.exc import ArgumentError
+def password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of `url`'s user:password@ starts and ends (the index of the @ that
+    ends it); None for a URL without one. SQLAlchemy ends it at its first @; where another @
+    follows outside a query option's value (`stray_at`), the password held an unescaped @,
+    and it runs to the last such @: the mask ended at its first, and `u:se@cr/et@host/db`
+    was shown as `u:***@cr/et@host/db`."""
+    found = PASSWORD.search(url)
+    if found is None:
+        return None
+    return found.start(1), max(found.end(1), stray_at(url, found.end()))
 
-    # A string SQLAlchemy cannot read as a URL may still carry a password: the patterns mask
-    # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
-    with contextlib.suppress(ArgumentError, ValueError):  # ValueError: a port not a number
-        parsed = make_url(url)
-        # The password masked in the URL as typed: a rendering escapes the rest too, and named
-        # sqlite:///:memory: as sqlite:///%3Amemory%3A, a database bk_%C3%BC%20x as
-        # bk_%C3%BC x. Not split at the first /: a password may hold one (`se/cr/et`), which
-        # left the password in clear after `://:***@`.
-        if parsed.password is not None:
-            scheme, _, rest = url.partition("://")
-            url = f"{scheme}://" + USERINFO.sub(rf"\1{MASK}@", rest, count=1)
-    return _masked_query(PASSWORD.sub(rf"\1{MASK}@", url))
+
+def unescaped_at(url: str) -> bool:
+    """Whether the password in `url` holds an unescaped @: another @ follows the one that
+    SQLAlchemy ends it at, outside a query option's value. SQLAlchemy took the password's tail
+    for the host (`u:se@cret@h`, refused by its @), the database (`u:se@cr/et@h/db`: the host
+    was `cr`, looked up before any line said so), the query (`u:se@cr?et@h`) or the port
+    (`u:p@ss:w@h`, "not a number"). One in the database's name is refused too (`u:pw@h/d@b`
+    reads either way): written %40 as in a password, SQLAlchemy decodes it."""
+    found = PASSWORD.search(url)
+    return found is not None and stray_at(url, found.end()) >= 0
+
+
+def stray_at(url: str, after: int) -> int:
+    """The index of the last @ in `url` from `after` on that no query option's value holds:
+    in the host, the port or the database's name (up to the first ?), or in an option's name;
+    -1 where there is none. A value may hold one (`?application_name=me@box`)."""
+    query = url.find("?", after)
+    if query < 0:
+        return url.rfind("@", after)
+    last, start = url.rfind("@", after, query), query + 1
+    for option in url[start:].split("&"):
+        name = option.partition("=")[0]
+        if "@" in name:
+            last = start + name.rindex("@")
+        start += len(option) + 1
+    return last
+
+
+def masked_url(url: str) -> str:
+    """`url` as dlperf prints or records it anywhere: with its passwords, if any, as ***. The
+    password is masked in the URL as typed: a rendering escapes the rest too, and named
+    sqlite:///:memory: as sqlite:///%3Amemory%3A, a database bk_%C3%BC%20x as bk_%C3%BC x."""
+    span = password_span(url)
+    if span is not None:
+        url = url[: span[0]] + MASK + url[span[1] :]
+    return _masked_query(url)
 
 
 def _masked_query(url: str) -> str:
@@ -92,8 +118,6 @@ DIALECTS = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "m
 SLASHLESS = re.compile(r"([A-Za-z][A-Za-z0-9]*)(\+[A-Za-z0-9_]+)?:(.*)", re.DOTALL)
 # What a URL of each kind holds after its `//`, where the name gives nothing after its colon.
 SQLITE_REST, SERVER_REST = "PATH", "USER:PASSWORD@HOST/DATABASE"
-# user:password@ in a name missing its `//` (`postgresql:/u:pw@h/db`), which PASSWORD misses.
-SLASHLESS_PASSWORD = re.compile(r"^([^:/]+:/*[^:/@?#]*:)[^/?#]*@")
 
 
 def missing_slashes(db: str) -> str | None:
@@ -113,8 +137,12 @@ def missing_slashes(db: str) -> str | None:
 
 
 def masked_slashless(db: str) -> str:
-    """`db`, a URL missing its `//`, as a message may show it: its password as ***."""
-    return _masked_query(SLASHLESS_PASSWORD.sub(rf"\1{MASK}@", db))
+    """`db`, a URL missing its `//`, as a message may show it: its password as ***, masked as
+    in the URL with its `//` (a pattern of its own showed a password holding a /)."""
+    scheme, _, rest = db.partition(":")
+    after = rest.lstrip("/")
+    masked = masked_url(f"{scheme}://{after}").partition("://")[2]
+    return f"{scheme}:{rest[: len(rest) - len(after)]}{masked}"
 
 
 def refuse_missing_slashes(db: str) -> None:
