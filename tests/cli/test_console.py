@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 
 
 def test_print_json_writes_non_finite_floats_as_null_and_keys_as_text(
@@ -117,7 +117,7 @@ def test_plain_reporter_logs_open_ended_work_and_rate_limits_counted_work(
 def test_plot_option_refuses_a_format_matplotlib_cannot_write(tmp_path: Path) -> None:
     from dlperf.errors import UserError
 
-    assert console._plot_path(None) is None
-    assert console._plot_path(tmp_path / "f.png") == tmp_path / "f.png"
+    assert outputs._plot_path(None) is None
+    assert outputs._plot_path(tmp_path / "f.png") == tmp_path / "f.png"
     with pytest.raises(UserError, match="not a figure format"):
-        console._plot_path(tmp_path / "f.docx")
+        outputs._plot_path(tmp_path / "f.docx")

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
 from dlperf.errors import UserError
@@ -152,8 +152,8 @@ def predict(
         "--plot",
         help="Save the roofline (each layer's arithmetic intensity under the device's compute "
         "and memory roofs) beside PALEO's time per layer to this file (PNG, PDF, SVG).",
-        callback=console.PLOT.callback,
-        click_type=console.PLOT.click_type,
+        callback=outputs.PLOT.callback,
+        click_type=outputs.PLOT.click_type,
     ),
     as_json: Json = False,
     **flags: Any,

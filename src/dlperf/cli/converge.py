@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
 from dlperf.converge import options
@@ -74,8 +74,8 @@ def _one_or_list(documents: list[dict[str, Any]]) -> Any:
 def fit(
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
-    plot: Path = console.PLOT,
-    to_csv: Path = console.out_file(
+    plot: Path = outputs.PLOT,
+    to_csv: Path = outputs.out_file(
         None, "Also write the β table (one row per curve) to this CSV file.", "--to-csv"
     ),
     as_json: Json = False,
@@ -138,7 +138,7 @@ def predict(
         "--form",
         help="ensemble (default: a distribution over 5 curve families) | optimus | power.",
     ),
-    plot: Path = console.PLOT,
+    plot: Path = outputs.PLOT,
     as_json: Json = False,
     config: Path = CURVE_CONFIG,
     set_: list[str] = CURVE_SET,
@@ -194,7 +194,7 @@ def regress(
         help="With --predict: a run ID (or PATH.csv:feature=value,...) of that configuration, "
         "left out of the regression, to measure the prediction against.",
     ),
-    plot: Path = console.PLOT,
+    plot: Path = outputs.PLOT,
     as_json: Json = False,
     config: Path = CURVE_CONFIG,
     set_: list[str] = CURVE_SET,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, app
 from dlperf.errors import UserError
 from dlperf.parsing import name_text
@@ -23,9 +23,9 @@ CLASSES_HELP = (
     "Classes: N (the first N) or a comma list of names or indices (cat,dog or 3,7; one class: "
     "7,). Default: all."
 )
-# '' is refused as parsed, not taken as the current directory (console.OutPath).
-FIGURES_DIR = console.OutPath("data describe writes its figures into a directory", "--out figures")
-SAMPLES_DIR = console.OutPath("data samples writes its PNG files into a directory", "--out samples")
+# '' is refused as parsed, not taken as the current directory (outputs.OutPath).
+FIGURES_DIR = outputs.OutPath("data describe writes its figures into a directory", "--out figures")
+SAMPLES_DIR = outputs.OutPath("data samples writes its PNG files into a directory", "--out samples")
 
 
 def _data_sets(dataset: str, set_: list[str], allowed: tuple[str, ...]) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, app, config_option, default_command_group, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 
@@ -44,7 +44,7 @@ def export_cmd(
         help="A stored run ID (its trained weights) or a registry model name (random).",
         show_default=False,
     ),
-    out: Path = console.out_file(..., "The ONNX file to write."),
+    out: Path = outputs.out_file(..., "The ONNX file to write."),
     config: Path = config_option("[export] section"),
     set_: list[str] = set_option("export.rtol=0.01"),
     opset: int = typer.Option(None, "--opset", help="ONNX opset (default: the exporter's)."),

@@ -3,17 +3,15 @@ AP."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.detect import SCORE_THRESHOLD
 from dlperf.errors import CheckFailed, UserError
-from dlperf.parsing import one_line
 from dlperf.paths import check_writable
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
@@ -46,11 +44,11 @@ SIZE = typer.Option(
 PRETRAINED = typer.Option(
     False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
 )
-# '' is refused as parsed, not taken as the current directory (console.OutPath).
-ANNOTATED_DIR = console.OutPath(
+# '' is refused as parsed, not taken as the current directory (outputs.OutPath).
+ANNOTATED_DIR = outputs.OutPath(
     "detect run writes its annotated copies into a directory", "--out annotated"
 )
-SHAPES_DIR = console.OutPath(
+SHAPES_DIR = outputs.OutPath(
     "detect make-shapes writes its data set into a directory", "dlperf detect make-shapes shapes"
 )
 # Shortcuts for keys of [detect], [train] and [run] that finetune and eval take.
@@ -70,7 +68,7 @@ FLAG_NAMES = {"train.batch_size": "--batch", "detect.ap_method": "--ap"}
 
 @detect_app.command("export")
 def export(
-    out: Path = console.out_file(
+    out: Path = outputs.out_file(
         ..., "The ONNX file to write.", thing="ONNX file", example="det.onnx"
     ),
     model: str = MODEL,
@@ -104,14 +102,10 @@ def export(
         det = ssd.build(model, num_classes, weights, pretrained, size, names)
         result = ssd.export(det, out, reporter=rep)
     if not console.printed_json(as_json, result):
-        rows = [[k, result[k]] for k in result if k != "atol"]
+        rows = [[k, result[k]] for k in result if k not in ("atol", "atol_boxes")]
         console.print_table(None, ["", "value"], rows)
     if not result["parity"]:
-        raise CheckFailed(
-            f"ONNX Runtime and PyTorch differ: {result['detections_onnx']} vs "
-            f"{result['detections_torch']} detections, box diff {result['max_abs_diff_boxes']}, "
-            f"score diff {result['max_abs_diff_scores']} (atol {result['atol']})"
-        )
+        raise CheckFailed(ssd.parity_failure(result))
 
 
 @detect_app.command("run")
@@ -198,7 +192,7 @@ def finetune(
     config: Path = DETECT_CONFIG,
     set_: list[str] = set_option("train.lr=0.05"),
     weights: Path = WEIGHTS,
-    out: Path = console.out_file(
+    out: Path = outputs.out_file(
         Path("detector.pt"), "Checkpoint to write.", thing="checkpoint", example="detector.pt"
     ),
     model: str = MODEL_KEY,
@@ -229,7 +223,7 @@ def finetune(
 
     Example: dlperf detect finetune shapes --threads 1
     """
-    from dlperf.detect.finetune import finetune_recorded
+    from dlperf.detect.finetune import ap_changes, finetune_recorded, summary_line
 
     detect = {
         "model": model, "size": size, "train_split": train_split, "val_split": val_split,
@@ -243,22 +237,10 @@ def finetune(
         done = finetune_recorded(open_store, voc_root, job, out, weights, rep)
     if console.printed_json(as_json, done):
         return
-    pairs = [(name, ap, done["ap_after"][name]) for name, ap in done["ap_before"].items()]
-    pairs.append(("mAP", done["map_before"], done["map_after"]))
     console.print_table(
-        f"AP@0.5 on {opts.val_split}",
-        ["class", "before", "after", "change"],
-        [[n, a, b, None if math.isnan(a) or math.isnan(b) else b - a] for n, a, b in pairs],
+        f"AP@0.5 on {opts.val_split}", ["class", "before", "after", "change"], ap_changes(done)
     )
-    rate = f"{done['images_per_s']:.1f} images/s"  # nan (--json: null): no step was timed
-    if math.isnan(done["images_per_s"]):
-        rate = "images/s not measured: every step was warm-up"
-    console.out.print(
-        f"run {done['run_id']}: AP ({opts.ap_method}) on {done['val_images']} {opts.val_split} "
-        f"images; {done['steps']} steps in {done['train_s']:.1f} s ({rate}, "
-        f"{done['threads']} threads on {done['device']}), final loss "
-        f"{done['final_loss']:.3f}; saved {one_line(str(out))}"
-    )
+    console.out.print(summary_line(done, opts.ap_method, opts.val_split, out))
 
 
 @detect_app.command("eval")

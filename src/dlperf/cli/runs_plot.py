@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, open_store, state
 from dlperf.cli.runs import runs_app
 
-# '' is refused as parsed, not taken as the current directory (console.OutPath).
-FIGURE = console.OutPath("--out names the figure to write", "--out runs.png")
+# '' is refused as parsed, not taken as the current directory (outputs.OutPath).
+FIGURE = outputs.OutPath("--out names the figure to write", "--out runs.png")
 
 
 @runs_app.command("plot")

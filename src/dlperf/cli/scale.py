@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json, app, default_command_group, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
 from dlperf.errors import UserError
@@ -151,7 +151,7 @@ def run(
         help="Write the job that runs this study on --nnodes nodes instead: slurm | kubernetes "
         "| sagemaker | vertex | azureml.",
     ),
-    out: Path = console.out_file(None, "--emit: file to write (default stdout)."),
+    out: Path = outputs.out_file(None, "--emit: file to write (default stdout)."),
     image: str = typer.Option("dlperf:latest", "--image", help="--emit: container image."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="--emit: GPUs per node."),
     instance_type: str = typer.Option(

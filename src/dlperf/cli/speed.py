@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from dlperf.cli import console
+from dlperf.cli import console, outputs
 from dlperf.cli.app import Json
 from dlperf.cli.converge import converge_app, reader, show, speed_app
 from dlperf.errors import UserError
@@ -117,7 +117,7 @@ def plan(
         None, "--cluster", help="jobs.toml: several jobs to share --gpus devices."
     ),
     gpus: int = typer.Option(None, "--gpus", help="Devices to share among the --cluster jobs."),
-    plot: Path = console.PLOT,
+    plot: Path = outputs.PLOT,
     as_json: Json = False,
 ) -> None:
     """Predicted time (and cost) to reach a target against workers, one curve per

@@ -36,6 +36,7 @@ from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
 from dlperf.experiment.sink import failed_softly
+from dlperf.parsing import one_line
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import RunResult
 from dlperf.system import pick_device, set_threads, system_info
@@ -414,3 +415,24 @@ def _detector(
             "random ones",
         )
     return det
+
+
+def ap_changes(done: dict[str, Any]) -> list[list[Any]]:
+    """`finetune_recorded`'s AP before and after, by class and then mAP: rows of class,
+    before, after and the change (None where either is nan: a class with no objects)."""
+    pairs = [(name, ap, done["ap_after"][name]) for name, ap in done["ap_before"].items()]
+    pairs.append(("mAP", done["map_before"], done["map_after"]))
+    return [[n, a, b, None if math.isnan(a) or math.isnan(b) else b - a] for n, a, b in pairs]
+
+
+def summary_line(done: dict[str, Any], ap_method: str, val_split: str, out: Path) -> str:
+    """The line that ends `detect finetune`'s output: what was measured, how fast, where saved."""
+    rate = f"{done['images_per_s']:.1f} images/s"  # nan (--json: null): no step was timed
+    if math.isnan(done["images_per_s"]):
+        rate = "images/s not measured: every step was warm-up"
+    return (
+        f"run {done['run_id']}: AP ({ap_method}) on {done['val_images']} {val_split} "
+        f"images; {done['steps']} steps in {done['train_s']:.1f} s ({rate}, "
+        f"{done['threads']} threads on {done['device']}), final loss "
+        f"{done['final_loss']:.3f}; saved {one_line(str(out))}"
+    )
