@@ -444,8 +444,25 @@ def parse_numbers(text: str, option: str, example: str) -> dict[str, float]:
     return numbers
 
 
-def parse_range(text: str, name: str) -> list[int]:
-    """'1-16' or '2,4,8' (or both, '1-4,8') as sorted positive integers."""
+# The most counts a range may list ('1-10000'), as many as a sweep makes points by default
+# (sweep.max_points): '1-1000000000' built a billion-entry list, tens of GB, without a word.
+MAX_COUNTS = 10_000
+
+
+def _counted(spans: Iterable[tuple[int, int]]) -> int:
+    """How many integers the ranges `spans` (lo, hi: both ends in) cover, each once, found
+    from their ends alone."""
+    total, reached = 0, 0  # reached: the highest integer counted so far
+    for lo, hi in sorted(spans):
+        if hi > reached:
+            total += hi - max(lo, reached + 1) + 1
+            reached = hi
+    return total
+
+
+def parse_range(text: str, name: str, most: int = MAX_COUNTS) -> list[int]:
+    """'1-16' or '2,4,8' (or both, '1-4,8') as sorted positive integers, at most `most` of
+    them (counted before any list is built)."""
     spans: list[tuple[str, int, int]] = []
     try:
         for part in text.split(","):
@@ -460,6 +477,13 @@ def parse_range(text: str, name: str) -> list[int]:
         # beside others ('1,8-4' was [1]).
         if hi < lo:
             raise UserError(f"--{name} {part} is a reversed range", f"write {hi}-{lo}")
+    counted = _counted((lo, hi) for _, lo, hi in spans)
+    if counted > most:
+        raise UserError(
+            f"--{name} {as_given(text)} lists {counted:,} counts, more than the {most:,} one list "
+            "may hold",
+            "give a shorter range, or a list such as 1,2,4,8,16",
+        )
     return sorted({n for _, lo, hi in spans for n in range(lo, hi + 1)})
 
 

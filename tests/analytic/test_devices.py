@@ -116,7 +116,8 @@ def test_bad_user_files_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     )
     bad.write_text("[T4]\nmemory_bandwidth_gbs = 0\n")
     assert one_line(load_catalog, bad) == (
-        f"device T4: memory_bandwidth_gbs: Input should be greater than 0 (see {bad})"
+        f"device T4: memory_bandwidth_gbs: Input should be greater than or equal to 0.000001 "
+        f"(see {bad})"
     )
     bad.write_text("[New]\nmemory_bandwidth_gbs = 1\n")
     assert one_line(load_catalog, bad).startswith("device New: peak_tflops: Field required")

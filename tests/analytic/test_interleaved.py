@@ -248,9 +248,9 @@ def test_predict_on_a_calibrated_device_names_when_and_on_what(
 @pytest.mark.parametrize(
     ("ppp", "why"),
     [
-        ("0", "must be greater than 0"),
+        ("0", "must be at least 1e-06"),
         ("1.5", "must be at most 1"),
-        ("-0.2", "must be greater than 0"),
+        ("-0.2", "must be at least 1e-06"),
     ],
 )
 def test_ppp_outside_0_1_is_one_line_naming_the_flag_and_its_key(

@@ -39,12 +39,12 @@ def user_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     [
         (None, {}, "give predict.device, a catalog device (see `dlperf devices`, or measure "
          "here with predict.measure)"),
-        ("V100", {"ppp": 0.0}, "predict.ppp must lie in (0, 1], got 0 (it is the fraction of "
-         "the peak reached, e.g. 0.62)"),
-        ("V100", {"ppp": 1.5}, "predict.ppp must lie in (0, 1], got 1.5"),
-        ("V100", {"peak_tflops": -1.0}, "predict.peak_tflops must be positive and finite, "
+        ("V100", {"ppp": 0.0}, "predict.ppp must lie in [1e-06, 1], got 0 (it is the fraction "
+         "of the peak reached, e.g. 0.62)"),
+        ("V100", {"ppp": 1.5}, "predict.ppp must lie in [1e-06, 1], got 1.5"),
+        ("V100", {"peak_tflops": -1.0}, "predict.peak_tflops must lie in [1e-06, 1e+09], "
          "got -1"),
-        ("V100", {"flops": math.inf}, "predict.flops must be positive and finite, got inf"),
+        ("V100", {"flops": math.inf}, "predict.flops must lie in [1, 1e+18], got inf"),
         (None, {"measure": True, "peak_tflops": 8.0}, "predict.peak_tflops needs "
          "predict.device (its memory bandwidth is used too)"),
         ("V10O", {}, "unknown device 'V10O' (did you mean"),

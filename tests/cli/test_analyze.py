@@ -379,12 +379,12 @@ K80 = ["predict", "resnet20", "--device", "K80"]
     ("args", "text"),
     [
         (["analyze", "resnet20", "--activations", "relu"], "analyze.activations: Input should"),
-        ([*K80, "--peak-tflops", "0"], "predict.peak_tflops: must be greater than 0"),
+        ([*K80, "--peak-tflops", "0"], "predict.peak_tflops: must be at least 1e-06"),
         ([*K80, "--peak-tflops", "8T"], "predict.peak_tflops: Input should be a valid number"),
         ([*K80, "--peak-tflops", "inf"], "predict.peak_tflops: must be a finite number"),
         (["predict", "resnet20", "--peak-tflops", "8.7", "--measure"], "needs predict.device"),
         ([*K80, "--flops", "lots"], "predict.flops: Input should be a valid number"),
-        ([*K80, "--flops", "-3G"], "predict.flops: must be greater than 0"),
+        ([*K80, "--flops", "-3G"], "predict.flops: must be at least 1"),
         ([*K80, "--flops", "3X"], "predict.flops: Input should be a valid number (got '3X')"),
     ],
 )

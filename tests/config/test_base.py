@@ -58,7 +58,9 @@ def test_ranges_hold_at_their_edges() -> None:
     assert error(share=1.0)["type"] == "less_than"  # a fraction is below 1
     assert Toy(peak=1e9).peak == 1e9
     assert error(peak=1e9 * 1.0001)["type"] == "less_than_equal"
-    assert error(peak=0.0)["type"] == "greater_than"
+    assert Toy(peak=1e-6).peak == 1e-6
+    assert error(peak=1e-6 * 0.9999)["type"] == "greater_than_equal"
+    assert error(peak=0.0)["type"] == "greater_than_equal"
 
 
 def test_inf_and_nan_are_refused() -> None:

@@ -263,7 +263,7 @@ CASES = [
     case("analyze smallcnn --precision fp8", "analyze.precision: Input should be 'fp32'"),
     case("predict smallcnn", "error: give predict.device, a catalog device"),
     case("predict smallcnn --device V1000", "error: unknown device 'V1000' (did you mean V100"),
-    case("predict smallcnn --device V100 --ppp 0", "predict.ppp: must be greater than 0 (got 0"),
+    case("predict smallcnn --device V100 --ppp 0", "predict.ppp: must be at least 1e-06 (got 0"),
     case("predict smallcnn --device V100 --ppp 1.5", "predict.ppp: must be at most 1 (got 1.5)"),
     case("predict smallcnn --measure --reps 0", "predict.reps: must be at least 1 (got 0)"),
     case("predict smallcnn --device V100 --batch 0", "analyze.batch: must be at least 1 (got 0)"),

@@ -75,7 +75,8 @@ def test_a_device_ppp_of_0_is_still_refused(
 ) -> None:
     path = devices_file(tmp_path, monkeypatch, "ppp = 0\n")
     one_line_error(
-        cli("devices"), f"device mydev: ppp: Input should be greater than 0 (see {path})"
+        cli("devices"),
+        f"device mydev: ppp: Input should be greater than or equal to 0.000001 (see {path})",
     )
 
 

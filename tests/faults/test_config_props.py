@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from dlperf.config import describe, load_experiment, load_file, to_toml
-from dlperf.config.base import FIGURE_MAX, MIN_STD
+from dlperf.config.base import FIGURE_MAX, FIGURE_MIN, MIN_STD, PPP_MIN
 from dlperf.config.loading import _FILE_FIELDS
+from dlperf.config.predict import FLOPS_MAX
 from dlperf.errors import UserError
 
 # Every count's bound: what a C int holds (dlperf.config's Count and Size).
@@ -40,7 +41,7 @@ class Range:
     (excluded when `high_open`; None: no upper bound)."""
 
     kind: type
-    low: int
+    low: float  # an int for a whole-number key
     high: int | None = None
     low_open: bool = False
     high_open: bool = True
@@ -140,9 +141,9 @@ NUMERIC = {
     "distill.score_batch": Range(int, 1, INT),
     "analyze.batch": Range(int, 1, INT),
     "analyze.classes": Range(int, 1, INT),
-    "predict.ppp": Range(float, 0, 1, low_open=True, high_open=False),
-    "predict.peak_tflops": Range(float, 0, int(FIGURE_MAX), low_open=True, high_open=False),
-    "predict.flops": Range(float, 0, low_open=True),
+    "predict.ppp": Range(float, PPP_MIN, 1, high_open=False),
+    "predict.peak_tflops": Range(float, FIGURE_MIN, int(FIGURE_MAX), high_open=False),
+    "predict.flops": Range(float, 1, int(FLOPS_MAX), high_open=False),
     "predict.reps": Range(int, 1, INT),
     "export.num_classes": Range(int, 1, INT),
     "export.opset": Range(int, 1, INT),

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dlperf.config.base import FIGURE_MAX, PPP
+from dlperf.config.base import FIGURE_MAX, FIGURE_MIN, PPP
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
 from dlperf.paths import check_writable, locked_folder, replaced, told, writing
@@ -38,9 +38,10 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 
 # A machine's figures: a peak, a bandwidth or a price of 0, below 0 or not a number would
 # turn a prediction into a division by zero, a negative time or a null; above FIGURE_MAX
-# (config.base) a figure is no machine's. Within it, every product of figures a prediction
-# forms stays finite.
-Positive = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
+# (config.base) a figure is no machine's, and so is a peak, a bandwidth or a PPP below
+# FIGURE_MIN (1e-300 TFLOPS at a PPP of 1e-300 was 0 FLOP/s: a ZeroDivisionError). Within
+# them, every product and quotient of figures a prediction forms stays finite.
+Positive = Annotated[float, Field(ge=FIGURE_MIN, le=FIGURE_MAX)]
 NotNegative = Annotated[float, Field(ge=0, le=FIGURE_MAX)]
 # A device's plain PPP is a fraction of its peak, as `--ppp` is (config.base.PPP): "PPP 2 of
 # the mydev entry" predicted a model faster than the peak. The calibrated `ppp_by_kind` and

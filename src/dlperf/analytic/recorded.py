@@ -7,7 +7,6 @@ interleaved rounds (interleaved.py), which import none of this.
 
 from __future__ import annotations
 
-import math
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,8 @@ from dlperf.analytic.measure import make_step, profile_leaves
 from dlperf.analytic.ops import COMPLEX_COUNTED
 from dlperf.analytic.paleo import basis, compare, does_arithmetic, predict_with_basis
 from dlperf.analytic.results import Measured, Prediction, SameMomentPrediction
+from dlperf.config.base import FIGURE_MAX, FIGURE_MIN, PPP_MIN
+from dlperf.config.predict import FLOPS_MAX
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
@@ -73,14 +74,18 @@ def predict_model(
             "give predict.device, a catalog device",
             "see `dlperf devices`, or measure here with predict.measure",
         )
-    if ppp is not None and not 0 < ppp <= 1:
+    # The ends [predict]'s keys hold to (config.base, config.predict), from a notebook too:
+    # within them every figure is finite, and peak × PPP never rounds to 0.
+    if ppp is not None and not PPP_MIN <= ppp <= 1:
         raise UserError(
-            f"predict.ppp must lie in (0, 1], got {ppp:g}",
+            f"predict.ppp must lie in [{PPP_MIN:g}, 1], got {ppp:g}",
             "it is the fraction of the peak reached, e.g. 0.62",
         )
-    for option, value in (("predict.peak_tflops", peak_tflops), ("predict.flops", flops)):
-        if value is not None and not 0 < value < math.inf:
-            raise UserError(f"{option} must be positive and finite, got {value:g}")
+    ends = {"predict.peak_tflops": (peak_tflops, FIGURE_MIN, FIGURE_MAX)}
+    ends["predict.flops"] = (flops, 1.0, FLOPS_MAX)
+    for option, (value, low, high) in ends.items():
+        if value is not None and not low <= value <= high:  # nan too
+            raise UserError(f"{option} must lie in [{low:g}, {high:g}], got {value:g}")
     if peak_tflops is not None and device is None:
         raise UserError(
             "predict.peak_tflops needs predict.device", "its memory bandwidth is used too"

@@ -62,7 +62,7 @@ PREDICTING = {
     "train": Flag(bool, "Predict a training step (forward + backward)."),
     "ppp": Flag(
         float,
-        "Platform percent of peak in (0, 1], e.g. 0.62, for every operator kind "
+        "Platform percent of peak in [1e-6, 1], e.g. 0.62, for every operator kind "
         "(default: the device's calibrated rates; a catalog GPU's peak, PPP = 1).",
     ),
     "peak_tflops": Flag(
@@ -74,7 +74,7 @@ PREDICTING = {
     "flops": Flag(
         str,
         "FLOPs of one image (forward; with --train forward + backward) for FLOPs / peak "
-        "instead of the counted ones, e.g. 15.5G or 15.5e9.",
+        "instead of the counted ones, e.g. 15.5G or 15.5e9 (1 to 1e18).",
     ),
     **{k: COUNTING[k] for k in ("precision", "classes")},
     "measure": Flag(

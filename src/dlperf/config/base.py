@@ -20,7 +20,11 @@ Fraction = Annotated[float, Field(ge=0, lt=1)]
 # machine's, and a legal float such as 1e300 becomes inf once scaled to FLOP/s (a time of 0,
 # inf images/s). Device files (dlperf.analytic.devices) and flags hold to it alike.
 FIGURE_MAX = 1e9
-Figure = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
+# A peak or a bandwidth below FIGURE_MIN (1 MFLOP/s, 1 KB/s) is no machine's either, and is
+# what a time divides by: 1e-300 TFLOPS at a PPP of 1e-300 was 0 FLOP/s, a ZeroDivisionError,
+# and FLOPs over it inf. At FIGURE_MIN and PPP_MIN a peak is still 1 FLOP/s.
+FIGURE_MIN = 1e-6
+Figure = Annotated[float, Field(ge=FIGURE_MIN, le=FIGURE_MAX)]
 # A learning rate. At 1e12 a run already diverges at its first step (and says so); beyond,
 # the optimizer's float32 arithmetic overflows (torch raises at 3.4e38, a traceback).
 Rate = Annotated[float, Field(gt=0, le=1e12)]
@@ -31,8 +35,10 @@ Size = Annotated[int, Field(ge=0, lt=2**31)]
 # within the 64 bits a torch.Generator takes; 32 bits is the range seeds usually have.
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
 # A percent of peak performance as a fraction (`--ppp`, a device file's `ppp`): above 1 it
-# predicts a model faster than the peak.
-PPP = Annotated[float, Field(gt=0, le=1)]
+# predicts a model faster than the peak; below PPP_MIN, a millionth of it, it is no measure of
+# a machine, and times a peak it could round to 0 (see FIGURE_MIN).
+PPP_MIN = 1e-6
+PPP = Annotated[float, Field(ge=PPP_MIN, le=1)]
 # Per-channel normalisation statistics, on the [0, 1] scale of the images.
 Mean = Annotated[float, Field(ge=0, le=1)]
 # A std under MIN_STD (far below any real image channel's) makes normalised pixels of 1e6 and

@@ -20,7 +20,7 @@ from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit
 from dlperf.converge.tables import read_text
 from dlperf.errors import UserError
-from dlperf.parsing import parse_pairs, plain_number
+from dlperf.parsing import MAX_COUNTS, parse_pairs, plain_number
 
 
 @dataclass
@@ -130,6 +130,15 @@ def plan(
         raise UserError(f"--price-per-hour: must be a finite number (got {price_per_hour:g})")
     if not price_per_hour >= 0:
         raise UserError(f"--price-per-hour must be 0 or more, got {price_per_hour:g}")
+    # Counted before any is planned: --ps 1-2000 --workers 1-2000 planned four million
+    # allocations (7.6 GB and minutes) for a table no one reads.
+    allocations = len(ps_counts) * len(worker_counts)
+    if allocations > MAX_COUNTS:
+        raise UserError(
+            f"--ps and --workers make {allocations:,} allocations ({len(ps_counts):,} × "
+            f"{len(worker_counts):,}), more than the {MAX_COUNTS:,} a plan makes",
+            "give fewer counts, e.g. --ps 1,2,4 --workers 1-16",
+        )
     most = max(worker_counts)
     if most > batch:  # a row there would time a step that gives some workers no sample
         raise UserError(
