@@ -122,6 +122,27 @@ def make(num_classes=10, in_channels=1): return M(num_classes, in_channels)
 """
 
 
+# Round 40 (T1 C1): a layer deleted at the forward's fifth call (the batch-size check's).
+SHRINKS = """
+import torch, torch.nn as nn
+class M(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.l = nn.Linear(64 * in_channels, num_classes)
+        self.extra = nn.Linear(num_classes, num_classes)
+        self.n = 0
+    def forward(self, x):
+        self.n += 1
+        if self.n == 5:
+            del self.extra
+        out = self.l(x.flatten(1))
+        if hasattr(self, "extra"):
+            out = self.extra(out)
+        return out
+def make(num_classes=10, in_channels=1): return M(num_classes, in_channels)
+"""
+
+
 def _run(cli: Cli, tmp_path: Path, source: str) -> CliResult:
     (tmp_path / "exp.toml").write_text(EXP)
     (tmp_path / "m.py").write_text(source)
@@ -189,3 +210,15 @@ def test_export_of_a_checkpoint_holding_more_names_a_forward_that_adds_them() ->
         checkpoint.fit_weights(model, {"weight": weights["weight"]}, 1, "/abs/m.py:make", 10, True)
     assert "forward adds" not in caught.value.message
     assert "nondeterministic" in caught.value.message
+
+
+def test_a_forward_that_removes_a_layer_after_its_first_is_refused(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    """Round 40, T1 C1: a layer deleted in a forward trained on, exit 0, and export blamed a
+    nondeterministic factory, as round 39's added layer had."""
+    result = _run(cli, tmp_path, SHRINKS)
+    assert result.code == 2, result.err
+    line = _one_error(result)
+    assert "removed parameters or buffers (extra.weight, extra.bias)" in line, line
+    assert RunStore.open(db).list_runs() == []

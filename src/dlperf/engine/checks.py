@@ -204,15 +204,23 @@ class Held:
         )
         return cls(dict(model.named_parameters()), buffers)
 
-    def added(self, model: nn.Module) -> str | None:
-        """What `model` holds now that it did not: "parameters (extra.weight, extra.bias)",
-        "buffers (seen)", or both; None when nothing."""
+    def changed(self, model: nn.Module) -> str | None:
+        """How `model` differs from what it held: "registered new parameters (extra.weight,
+        extra.bias)", "removed parameters (extra.weight)", "registered new buffers (seen)", or
+        several joined by "and"; None when nothing. A layer deleted in a forward left a
+        checkpoint no rebuild fits, blamed on a nondeterministic factory, as one added did."""
         now = Held.of(model)
         made = [n for n, p in now.parameters.items() if self.parameters.get(n) is not p]
         registered = [n for n in now.buffers if n not in self.buffers]
+        removed = [n for n in (*self.parameters, *self.buffers) if n not in now.parameters]
+        removed = [n for n in removed if n not in now.buffers]
         said = [
-            f"{kind} ({few(names, 4)})"
-            for kind, names in (("parameters", made), ("buffers", registered))
+            f"{verb} {kind} ({few(names, 4)})"
+            for verb, kind, names in (
+                ("registered new", "parameters", made),
+                ("registered new", "buffers", registered),
+                ("removed", "parameters or buffers", removed),
+            )
             if names
         ]
         return " and ".join(said) or None
@@ -235,13 +243,12 @@ def check_not_grown(model: nn.Module, what: str) -> None:
         _FIRST[key] = Held.of(model)
         weakref.finalize(model, _FIRST.pop, key, None)
         return
-    added = _FIRST[key].added(model)
-    if added is not None:
+    changed = _FIRST[key].changed(model)
+    if changed is not None:
         raise Grown(
-            f"the forward of {what} registered new {added} after its first call: a network that "
-            "grows as it runs is not the one its factory builds, so no export or --resume "
-            "could load its checkpoint, and what it adds after the optimizer is built never "
-            "trains",
+            f"the forward of {what} {changed} after its first call: a network that changes as "
+            "it runs is not the one its factory builds, so no export or --resume could load "
+            "its checkpoint, and what it adds after the optimizer is built never trains",
             IN_INIT,
         )
 

@@ -61,10 +61,10 @@ class ModelGrew(WrongOutput):
     network. The run fails in this one line, as for a wrong output; it trained, rc 0, with no
     word."""
 
-    def __init__(self, model: nn.Module, added: str) -> None:
+    def __init__(self, model: nn.Module, changed: str) -> None:
         super().__init__(
-            f"model {type(model).__name__}'s forward registered new {added} during training, "
-            "after the optimizer was built: they never trained, and its checkpoint fits no "
+            f"model {type(model).__name__}'s forward {changed} during training, after the "
+            "optimizer was built: what it adds never trains, and its checkpoint fits no "
             f"network its factory builds; {IN_INIT}"
         )
 
@@ -193,9 +193,9 @@ class TrainStep:
         """Raise ModelGrew where the model holds parameters or persistent buffers it did not
         as the optimizer was built (`held`). Asked as each epoch ends, before its checkpoint,
         and after a final evaluation, not at every step: a walk of the model's modules."""
-        added = self.held.added(self.model)
-        if added is not None:
-            raise ModelGrew(self.model, added)
+        changed = self.held.changed(self.model)
+        if changed is not None:
+            raise ModelGrew(self.model, changed)
 
     def __call__(self, x: Any, y: Any) -> Stepped:
         self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
