@@ -230,15 +230,25 @@ def _takes_text(annotation: Any) -> bool:
     return any(_takes_text(member) for member in get_args(annotation))
 
 
-def _typed(annotation: Any, value: Any) -> Any:
+def _typed(annotation: Any, value: Any, key: str) -> Any:
     """A flag's value as its key takes it: a list key's flag is a comma-separated list, each
     item read as --set reads a value, a single item left one value where the key takes one
     value or a list (scale.mode); text for a key that holds no text (predict.peak_tflops) is
-    read as --set reads it, so that the key's own check names what is wrong."""
+    read as --set reads it, so that the key's own check names what is wrong. An empty item
+    ('1,,2', '1,') is refused: it was dropped, where other commands' lists refuse it."""
     union = get_origin(annotation) in (Union, UnionType)
     members = [m for m in get_args(annotation) if m is not NoneType] if union else [annotation]
     many = any(_is_list(member) for member in members)
     if many:
+        if (
+            isinstance(value, str)
+            and value.strip()
+            and not all(p.strip() for p in value.split(","))
+        ):
+            raise UserError(
+                f"{key}: {value!r} holds an empty item between its commas",
+                "leave out the empty item, e.g. 1,2",
+            )
         items = [parse_value(item.strip()) for item in value.split(",") if item.strip()]
         either = not all(_is_list(member) for member in members)
         return items[0] if either and len(items) == 1 else items
@@ -254,7 +264,7 @@ def shortcuts(section: str, flags: dict[str, Any]) -> dict[str, Any]:
     alike."""
     keys = cast(type[Section], _FILE_FIELDS[section].annotation).model_fields
     return {
-        f"{section}.{name}": _typed(keys[name].annotation, value)
+        f"{section}.{name}": _typed(keys[name].annotation, value, f"{section}.{name}")
         for name, value in flags.items()
         if value is not None
     }
