@@ -463,7 +463,7 @@ def test_emit_slurm_and_kubernetes(cli: Callable, tiny_exp: Callable, tmp_path: 
         (["--strategy", "dp"], "error: --strategy dp (DataParallel) needs GPUs; none here"),
         (["--strategy", "ddp,pp"], "scale.strategy.1: Input should be 'ddp', 'dp', 'mirrored',"),
         (["--workers", "1,x"], "scale.workers.1: Input should be a valid integer"),
-        (["--workers", ","], "scale.workers: must have 1 or more values (got [])"),
+        (["--workers", ","], "scale.workers: ',' holds an empty item between its commas"),
         (["--bucket-mb", "25,-1"], "scale.bucket_mb.1: must be greater than 0 (got -1)"),
         (["--set", "scale.chunks=0"], "scale.chunks: must be at least 1 (got 0)"),
         (["--device", "V1OO"], "error: unknown device 'V1OO'"),
