@@ -48,7 +48,8 @@ def user_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (None, {"measure": True, "peak_tflops": 8.0}, "predict.peak_tflops needs "
          "predict.device (its memory bandwidth is used too)"),
         ("V10O", {}, "unknown device 'V10O' (did you mean"),
-        ("V100", {"reps": 0}, "predict.reps must be at least 1, got 0"),
+        ("V100", {"measure": True, "reps": 0}, "predict.reps must be at least 1, got 0"),
+        ("V100", {"reps": 5}, "predict.reps goes with predict.measure (--measure runs them)"),
     ],
 )  # fmt: skip
 def test_predict_refuses_before_counting_or_opening_the_store(

@@ -73,7 +73,7 @@ def test_the_points_are_the_ddp_paths_per_binding(installed: None) -> None:
                                             "| tensorflow)"),
         ({"comm": ["powersgd"]}, "smallcnn", "--comm powersgd is DDP's (horovod takes allreduce "
                                              "| fp16)"),
-        ({"allreduce": ["ring"]}, "smallcnn", "--allreduce is TensorFlow's"),
+        ({"allreduce": ["ring"]}, "smallcnn", "--allreduce goes with --framework tensorflow"),
         ({"strategy": ["tensorflow"]}, "resnet20", "model 'resnet20' has no TensorFlow version"),
         ({"nnodes": 2, "rdzv": "h:1"}, "smallcnn", "--framework horovod runs on one node here"),
         ({"workers": [64], "global_batch": 64}, "smallcnn", "64 workers per node but this host"),

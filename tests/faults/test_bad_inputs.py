@@ -378,7 +378,7 @@ CASES = [
     ),
     case(f"scale exp.toml {STUDY} {HVD} --strategy ddp", "--strategy ddp is not a horovod str"),
     case(f"scale exp.toml {STUDY} {HVD} --comm powersgd", "--comm powersgd is DDP's (horovod"),
-    case(f"scale exp.toml {STUDY} {HVD} --allreduce ring", "--allreduce is TensorFlow's (horo"),
+    case(f"scale exp.toml {STUDY} {HVD} --allreduce ring", "--allreduce goes with --framework"),
     case(f"scale exp.toml {STUDY} {HVD} --nnodes 2 --emit slurm", "horovod runs on one node here"),
     case("scale allreduce --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
     case("scale allreduce --workers 1 --iters 0", "error: --iters must be at least 1"),

@@ -37,11 +37,15 @@ from dlperf.analytic.results import Measured, Prediction, SameMomentPrediction
 from dlperf.config.base import FIGURE_MAX, FIGURE_MIN, PPP_MIN
 from dlperf.config.predict import FLOPS_MAX
 from dlperf.errors import UserError
+from dlperf.parsing import refuse_given
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
+
+# predict --measure's rounds when predict.reps is not given.
+DEFAULT_REPS = 10
 
 
 def predict_model(
@@ -58,7 +62,7 @@ def predict_model(
     peak_tflops: float | None = None,
     flops: float | None = None,
     measure: bool = False,
-    reps: int = 10,
+    reps: int | None = None,
     reporter: Reporter | None = None,
     model_kwargs: dict[str, Any] | None = None,
 ) -> Prediction:
@@ -66,9 +70,9 @@ def predict_model(
     `model_kwargs`, as analyze builds it, on the catalog device `device`, with its basis;
     `peak_tflops` replaces the device's peak at the precision, `flops` (per image) the
     counted FLOPs of FLOPs / peak. With `measure`, the model also runs here in `reps` rounds
-    interleaved with the calibration kernels, and the comparison, recorded as a run, goes
-    under "measured"; `device` None then means this machine as calibrated in those rounds.
-    Warnings go to the reporter."""
+    (None: DEFAULT_REPS; refused without `measure`) interleaved with the calibration
+    kernels, and the comparison, recorded as a run, goes under "measured"; `device` None then
+    means this machine as calibrated in those rounds. Warnings go to the reporter."""
     if device is None and not measure:
         raise UserError(
             "give predict.device, a catalog device",
@@ -90,6 +94,9 @@ def predict_model(
         raise UserError(
             "predict.peak_tflops needs predict.device", "its memory bandwidth is used too"
         )
+    if not measure:  # the rounds are the measurement's; a prediction alone has none
+        refuse_given({"predict.reps": reps}, "predict.measure", "--measure runs them")
+    reps = DEFAULT_REPS if reps is None else reps
     entry = get_device(device) if device is not None else None
     if reps < 1:
         raise UserError(f"predict.reps must be at least 1, got {reps}")

@@ -82,7 +82,7 @@ PREDICTING = {
         "Also run the model here, interleaved with calibration kernels, and compare; "
         "the result is stored. Without --device, predicts this machine from those kernels.",
     ),
-    "reps": Flag(int, "--measure: rounds of calibration kernels + one timed model run."),
+    "reps": Flag(int, "--measure: rounds of calibration kernels + a timed model run (default 10)."),
 }
 
 

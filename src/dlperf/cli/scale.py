@@ -146,13 +146,12 @@ def run(
         "measured compute/communication split; dlperf runs trace RUN.",
     ),
     emit: str = typer.Option(
-        None,
-        "--emit",
-        help="Write the job that runs this study on --nnodes nodes instead: slurm | kubernetes "
-        "| sagemaker | vertex | azureml.",
+        None, "--emit", help="Write a job file instead: slurm|kubernetes|sagemaker|vertex|azureml."
     ),
     out: Path = outputs.out_file(None, "--emit: file to write (default stdout)."),
-    image: str = typer.Option("dlperf:latest", "--image", help="--emit: container image."),
+    image: str = typer.Option(
+        None, "--image", help="--emit but slurm: container image [default: dlperf:latest]."
+    ),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="--emit: GPUs per node."),
     instance_type: str = typer.Option(
         None, "--instance-type", help="--emit sagemaker|vertex|azureml: machine type."
@@ -178,15 +177,16 @@ def run(
     Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50
     """
     from dlperf.config import ScaleJob, load_job
-    from dlperf.distributed.jobfiles import study_job
+    from dlperf.distributed.jobfiles import check_job_options, study_job
 
     if as_csv and as_json:
         raise UserError("--csv prints a scaling study's tables", "not with --json")
+    cloud = {"instance_type": instance_type, "output_uri": output_uri, "role": role}
+    check_job_options(emit, out, image, gpus_per_node, cloud)  # before the study's own checks
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
     sets = [*set_, "run.profile.enabled=true"] if profile else set_
     job = load_job(ScaleJob, _need(experiment), sets, scale=flags)
     if emit is not None:
-        cloud = {"instance_type": instance_type, "output_uri": output_uri, "role": role}
         _emit(emit, out, study_job(emit, sys.argv[1:], job, gpus_per_node, image, cloud))
         return
     result = _study(job, as_json, as_csv)

@@ -38,8 +38,9 @@ class PredictConfig(Section):
     measure: bool = False
     """Also run the model here, interleaved with calibration kernels, and compare; the result
     is stored as a run."""
-    reps: Count = 10
-    """predict.measure: rounds of calibration kernels + one timed model run."""
+    reps: Count | None = None
+    """predict.measure: rounds of calibration kernels + one timed model run; None: 10.
+    Refused without predict.measure, which alone runs them."""
 
     @field_validator("flops", mode="before")
     @classmethod

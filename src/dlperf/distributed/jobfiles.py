@@ -21,12 +21,14 @@ import copy
 import re
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dlperf.distributed.cloudjobs import CLOUD, INSTANCE_TYPE, PORT, RENDER, CloudJob
 from dlperf.errors import UserError
+from dlperf.parsing import refuse_given
 
 if TYPE_CHECKING:
     from dlperf.config import ScaleConfig, ScaleJob
@@ -34,6 +36,19 @@ if TYPE_CHECKING:
 # Options that place one node of a multi-node run: a job file adds its own per node.
 _PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node",
              "--instance-type", "--output-uri", "--role")  # fmt: skip
+
+# The image of a container job when --image is not given (no registry holds it: docs/scale.md).
+DEFAULT_IMAGE = "dlperf:latest"
+# The options each kind of job writes into its file (--out, where any kind's goes, aside): one
+# it has no place for is refused, not dropped. SageMaker's and Azure ML's machines come with
+# their GPUs (--instance-type); a Slurm script runs the nodes' own dlperf, in no container.
+JOB_OPTIONS = {
+    "slurm": ("--gpus-per-node",),
+    "kubernetes": ("--image", "--gpus-per-node"),
+    "sagemaker": ("--image", "--instance-type", "--output-uri", "--role"),
+    "vertex": ("--image", "--gpus-per-node", "--instance-type", "--output-uri"),
+    "azureml": ("--image", "--instance-type", "--output-uri"),
+}
 
 # Kubernetes object names are DNS-1123 labels; Slurm takes anything without whitespace.
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -176,6 +191,50 @@ def render_kubernetes(
     return header + str(yaml.safe_dump(manifest, sort_keys=False))
 
 
+def _unknown(kind: str) -> UserError:
+    return UserError(f"unknown --emit '{kind}'", f"use slurm, kubernetes or {', '.join(CLOUD)}")
+
+
+def _taken_by(flag: str) -> str:
+    """The kinds of job that take the option `flag`: '--emit sagemaker|vertex|azureml'."""
+    return "--emit " + "|".join(kind for kind, takes in JOB_OPTIONS.items() if flag in takes)
+
+
+def check_job_options(
+    kind: str | None,
+    out: Path | None,
+    image: str | None,
+    gpus_per_node: int | None,
+    cloud: Mapping[str, str | None],
+) -> None:
+    """Refuse, in one line, the options of a job file (each None when not given; `cloud`: the
+    instance_type, output_uri and role of job_file) that would do nothing: any of them
+    without --emit `kind` (the study then runs here, and no file is written), and those that
+    `kind` of job has no place for (JOB_OPTIONS: --role but in SageMaker's, --image in a Slurm
+    script). An unknown `kind` too, before its options."""
+    options: dict[str, object] = {"--out": out, "--image": image, "--gpus-per-node": gpus_per_node}
+    options |= {"--" + key.replace("_", "-"): value for key, value in cloud.items()}
+    if kind is None:
+        refuse_given(
+            options, "--emit KIND", "without it the study runs here: no job file is written"
+        )
+        return
+    if kind not in JOB_OPTIONS:
+        raise _unknown(kind)
+    dropped = {
+        flag: value
+        for flag, value in options.items()
+        if value is not None and flag != "--out" and flag not in JOB_OPTIONS[kind]
+    }
+    takers = {_taken_by(flag) for flag in dropped}
+    if len(takers) == 1:  # the same kinds take them all: the line names them
+        pronoun = "it" if len(dropped) == 1 else "them"
+        refuse_given(dropped, takers.pop(), f"--emit {kind} has no place for {pronoun}")
+    elif takers:  # the hint says which kinds take each
+        where = "; ".join(f"{flag}: {_taken_by(flag)}" for flag in dropped)
+        refuse_given(dropped, f"other --emit kinds than {kind}", where)
+
+
 def job_argv(argv: list[str]) -> list[str]:
     """The command line every node of a job runs: this one without the per-node options."""
     kept: list[str] = ["dlperf"]
@@ -225,7 +284,7 @@ def job_file(
         name = kubernetes_name(job_name)
         uri, role = extra.get("output_uri"), extra.get("role")
         return RENDER[kind](CloudJob(job_argv(argv), nnodes, gpus, name, image, machine, uri, role))
-    raise UserError(f"unknown --emit '{kind}'", f"use slurm, kubernetes or {', '.join(CLOUD)}")
+    raise _unknown(kind)
 
 
 def study_job(
@@ -233,15 +292,17 @@ def study_job(
     argv: list[str],
     job: ScaleJob,
     gpus_per_node: int | None,
-    image: str,
+    image: str | None,
     cloud: Mapping[str, str | None] | None = None,
 ) -> str:
     """`job_file` for the study `job`, named after its run, once it passes the checks its
     nodes would make before their first worker and that need neither this host nor them (a
-    job file must not carry a study they would refuse, found only after the queue's wait)."""
+    job file must not carry a study they would refuse, found only after the queue's wait);
+    `image` None: DEFAULT_IMAGE."""
     from dlperf.distributed.planning import check_job  # loaded only when a file is made
 
     opts = job.scale
     check_job(job, gpus_per_node > 0 if gpus_per_node is not None else asks_gpus(opts))
     name = job.experiment.run.name or "dlperf"
+    image = DEFAULT_IMAGE if image is None else image
     return job_file(kind, argv, opts, gpus_per_node, image, name, cloud)

@@ -23,6 +23,7 @@ from dlperf.config import Experiment, ScaleConfig, ScaleJob, ScaleMode
 from dlperf.distributed.launch import check_endpoint
 from dlperf.distributed.scaling import point_name, series
 from dlperf.errors import UserError
+from dlperf.parsing import refuse_given
 from dlperf.store.names import Made, at_most, check_made_names, given
 from dlperf.system import usable_cores
 
@@ -189,8 +190,6 @@ def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
     for name in opts.comm:
         if name not in HOROVOD_COMM:
             raise UserError(f"--comm {name} is DDP's", f"horovod takes {' | '.join(HOROVOD_COMM)}")
-    if opts.allreduce:
-        raise UserError("--allreduce is TensorFlow's", "horovod takes --comm and --bucket-mb")
     if "tensorflow" in chosen:
         check_tensorflow(model)
 
@@ -216,6 +215,9 @@ def check_portable(opts: ScaleConfig, model: str) -> list[str]:
     split. The strategies chosen."""
     check_options(opts)
     chosen = strategies(opts)
+    if opts.framework != "tensorflow":  # the torch and Horovod paths read no scale.allreduce
+        hint = f"{opts.framework} takes --comm and --bucket-mb"
+        refuse_given({"--allreduce": opts.allreduce}, "--framework tensorflow", hint)
     if opts.framework == "horovod":
         check_horovod(opts, model, chosen)
     if opts.framework == "tensorflow":
