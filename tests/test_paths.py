@@ -47,7 +47,8 @@ def test_replaced_swaps_the_whole_file_in_at_the_end(tmp_path: Path) -> None:
     path = tmp_path / "weights.npz"
     path.write_text("old")
     with replaced(path) as tmp:
-        assert tmp == tmp_path / "weights.part.npz"  # the suffix kept (numpy's savez adds one)
+        assert tmp.parent == tmp_path and tmp.name.startswith("weights.part-")
+        assert tmp.suffix == ".npz"  # the suffix kept last (numpy's savez adds one)
         tmp.write_text("new")
         assert path.read_text() == "old"  # a reader meanwhile sees the old file whole
     assert path.read_text() == "new" and not tmp.exists()
@@ -147,12 +148,11 @@ def test_made_dir_removes_the_empty_directories_it_made_when_the_block_fails(
 
 def test_an_error_about_the_temporary_file_names_the_file_asked_for(tmp_path: Path) -> None:
     path = tmp_path / "result.json"
-    (tmp_path / "result.part.json").mkdir()  # where the temporary file goes
     with pytest.raises(IsADirectoryError) as e, replaced(path) as tmp:
+        tmp.mkdir()  # where the temporary file goes
         tmp.write_text("new")
-    assert e.value.filename == str(path)  # not result.part.json, a file the caller never sees
+    assert e.value.filename == str(path)  # not result.part-....json, a file the caller never sees
     path.mkdir()
     with pytest.raises(OSError) as e, replaced(path) as tmp:
-        (tmp_path / "result.part.json").rmdir()
         tmp.write_text("new")  # the rename onto a directory fails
     assert e.value.filename == str(path) and e.value.filename2 is None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
+import itertools
 import os
 import re
 import resource
+import socket
 import stat
 import urllib.parse
 from collections.abc import Iterator
@@ -245,11 +248,14 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
 def replaced(path: Path) -> Iterator[Path]:
     """A temporary file beside `path` that becomes `path` by one rename when the block ends
     without error, so that a reader (another process, a resumed run) sees the whole file or
-    none; a failed block leaves no partial file. The temporary name keeps the suffix, since
-    numpy's savez appends ".npz" to a name without it. An OSError about the temporary file (a
-    name too long for it, a directory in its place) names `path`, the file the caller asked
-    for and the one the one-line error should name."""
-    tmp = path.with_name(f"{path.stem}.part{path.suffix}")
+    none; a failed block leaves no partial file. The temporary file is this writer's alone
+    (`part_name`): two processes writing one path at once each rename a whole file of their
+    own, where a shared name had the first rename take the second's half-written bytes and
+    the second's fail. The parts killed writers left beside it go first (`_sweep_parts`). An
+    OSError about the temporary file (a directory in its place) names `path`, the file the
+    caller asked for and the one the one-line error should name."""
+    _sweep_parts(path)
+    tmp = part_name(path)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -262,6 +268,82 @@ def replaced(path: Path) -> Iterator[Path]:
         except OSError as e:  # a name too long for the temporary fails here again
             _named_as(e, tmp, path)
             raise
+
+
+NAME_MAX = 255  # bytes of one name on Linux's file systems (ext4, xfs, btrfs, tmpfs)
+_PART = ".part"  # NAME.part-HOST-PID-N.SUFFIX, and NAME.part.SUFFIX of dlperf before round 40
+_PARTS = itertools.count()  # this process's writes: two threads writing one path differ by it
+
+
+def part_name(path: Path) -> Path:
+    """A temporary name beside `path` for one write alone, `{stem}.part-HOST-PID-N{suffix}`:
+    HOST a tag of this host (`_host_tag`) and PID this process's id, by which a later write
+    tells a killed writer's part from a live one's (`_sweep_parts`), N this process's count.
+    The suffix stays last, since numpy's savez appends ".npz" to a name without it. The stem
+    is cut (on a character boundary) so that the name fits in NAME_MAX bytes where `path`'s
+    own does: a legal name is written, however close to the limit."""
+    tail = f"{_PART}-{_host_tag()}-{os.getpid()}-{next(_PARTS)}{path.suffix}"
+    return path.with_name(_cut_stem(path, len(os.fsencode(tail))) + tail)
+
+
+def _cut_stem(path: Path, after: int) -> str:
+    """`path`'s stem, cut by whole characters to leave `after` bytes of a name within
+    NAME_MAX: as it is where that fits, or where `path`'s own name does not (the OS refuses
+    the temporary name at once, naming `path`, not after the work of filling it)."""
+    stem = path.stem
+    if len(os.fsencode(path.name)) > NAME_MAX:
+        return stem
+    while stem and len(os.fsencode(stem)) + after > NAME_MAX:
+        stem = stem[:-1]
+    return stem
+
+
+@functools.cache
+def _host_tag() -> str:
+    """Four hex digits of this host's name and this process's pid namespace: a part of
+    another host's (a shared file system) or another container's (its own pids, the host's
+    name) is never taken for one of a dead process here. Short, for names near NAME_MAX."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # no /proc (macOS): one namespace
+        namespace = 0
+    return hashlib.sha256(f"{socket.gethostname()} {namespace}".encode()).hexdigest()[:4]
+
+
+def _sweep_parts(path: Path) -> None:
+    """Remove what killed writers (SIGKILL, an OOM kill, a power cut) left beside `path`: the
+    parts of this host's (`part_name`) whose process is gone, and `path`'s bare
+    `NAME.part.SUFFIX` of a dlperf before round 40, no writer's now. A live writer's part
+    stays (its rename would fail), and so does another host's, whose process cannot be told
+    from here. Done before the write, so that a 130 MB part of a killed checkpoint save does
+    not fill the disk this one needs. A directory is looked through once per process (its
+    first write): `data samples` writes thousands of files into one, each through here.
+    Not removing one costs some disk, not the write: a failure here is not the write's."""
+    from dlperf.procs import alive
+
+    with suppress(OSError, ValueError):  # ValueError: a NUL in the name
+        bare = path.with_name(f"{path.stem}{_PART}{path.suffix}")
+        if not bare.is_dir():
+            bare.unlink(missing_ok=True)
+    try:
+        folder = os.path.abspath(path.parent)
+    except OSError:  # a working directory deleted: the write says so its own way
+        return
+    if folder in _SWEPT:
+        return
+    # 7 digits at most: Linux's pids go up to 2**22 (a longer number is no pid of ours)
+    part = re.compile(rf".*{re.escape(_PART)}-{_host_tag()}-(?P<pid>[0-9]{{1,7}})-[0-9]+(\.[^.]*)?")
+    with suppress(OSError, ValueError):
+        for entry in os.scandir(folder):
+            found = part.fullmatch(entry.name)
+            if found is None or entry.is_dir(follow_symlinks=False) or alive(int(found["pid"])):
+                continue
+            with suppress(FileNotFoundError):  # another write swept it first
+                os.unlink(entry.path)
+        _SWEPT.add(folder)
+
+
+_SWEPT: set[str] = set()  # the directories this process has swept (`_sweep_parts`)
 
 
 def _named_as(e: OSError, tmp: Path, path: Path) -> None:

@@ -33,6 +33,7 @@ import pytest
 import torch
 from PIL import Image
 
+from dlperf import paths
 from dlperf.config import DataConfig, load_experiment
 from dlperf.data import load_data
 from tests.conftest import CliResult
@@ -121,12 +122,19 @@ def test_a_plain_class_name_is_kept_as_the_file_name_part(cli: Cli, tmp_path: Pa
 
 
 def test_a_sample_that_cannot_be_written_is_named_not_its_temporary_file(
-    cli: Cli, tmp_path: Path
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: the line named s/test-....part.png, a file the user never sees."""
     npz(tmp_path / "n.npz")
     first = Path(json.loads(samples(cli, "n.npz", "s0", "--json").out)["files"][0]["path"]).name
-    (tmp_path / "s" / f"{Path(first).stem}.part.png").mkdir(parents=True)  # the save fails
+    named = paths.part_name
+
+    def blocked(path: Path) -> Path:  # a directory where the temporary file goes: the save fails
+        part = named(path)
+        part.mkdir(parents=True)
+        return part
+
+    monkeypatch.setattr(paths, "part_name", blocked)  # each writer's own name (round 40)
     r = samples(cli, "n.npz", "s")
     one_line(r, 2, f"error: cannot use s/{first}: ")
     assert ".part" not in r.err

@@ -32,7 +32,8 @@ from dlperf.progress import Reporter
 
 # Bytes of a file name's class part. A name is at most 255 bytes on most file systems, and a
 # class folder's own name may take all of them (84 CJK characters are 252 bytes): cut here, the
-# part, its hash, the split, the index and ".part.png" fit with room to spare.
+# part, its hash, the split, the index and ".png" fit with room to spare (the temporary name it
+# is written under is cut to fit: `paths.part_name`).
 PART_BYTES = 180
 
 
