@@ -852,7 +852,13 @@ def analyze(
     with stopping.deferred():
         from torch import nn
 
-        from dlperf.analytic.counting import API, check_options, count_model, nesting_told
+        from dlperf.analytic.counting import (
+            API,
+            check_options,
+            count_model,
+            nesting_told,
+            uncompiled,
+        )
         from dlperf.analytic.counting import analyze as analyze_name
         from dlperf.models.registry import check_no_cycle
 
@@ -877,14 +883,18 @@ def analyze(
     if not input_size:
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
     check_options(batch, train, precision, activations, macs_convention)
-    check_no_cycle(model, type(model).__name__)  # the registry checks only what it builds
+    # A torch.compile(module) is counted as the module inside, so named and copied: its class
+    # in the title and refusals (not OptimizedModule's), its paths as its own (not _orig_mod.)
+    model = uncompiled(model)
+    name = type(model).__name__
+    check_no_cycle(model, name)  # the registry checks only what it builds
     left: list[str] = []  # the hooks left out of the copy, named
     try:
         with _no_exit(), _no_global_hooks():
             with nesting_told(model):  # deepcopy recurses at each level of the model's tree
                 copied, left = _meta_copy(model)
             counted = count_model(
-                copied, input_size, batch, train, precision, type(model).__name__, bias,
+                copied, input_size, batch, train, precision, name, bias,
                 activations, macs_convention,
             )  # fmt: skip
     except UserError as e:

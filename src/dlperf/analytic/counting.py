@@ -2194,11 +2194,17 @@ def _callers_modes_off() -> Iterator[None]:
 
 
 def uncompiled(model: nn.Module) -> nn.Module:
-    """The module inside torch.compile's OptimizedModule (its `_orig_mod`, as
-    models/transfer.py unwraps it), else `model`: the network, its weights and its names as
-    uncompiled. A count of the wrapper ran dynamo under dlperf's global hooks (torch warned of
-    them) and named every row `_orig_mod.`; an export of it failed with a dynamic batch."""
+    """The module inside torch.compile's OptimizedModule (its `_orig_mod`, however nested),
+    else `model`: the network, its weights and its names as uncompiled. The one unwrapping of
+    a compiled module (models/transfer.py's too). A count of the wrapper ran dynamo under
+    dlperf's global hooks (torch warned of them) and named every row `_orig_mod.`; an export
+    of it failed with a dynamic batch. A module that is its own `_orig_mod` (a cycle, refused
+    by the callers' check_no_cycle) ends the walk rather than looping in it."""
+    passed = {id(model)}
     while isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):
+        if id(inner) in passed:
+            break
+        passed.add(id(inner))
         model = inner
     return model
 

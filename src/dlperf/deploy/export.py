@@ -110,9 +110,10 @@ def from_registry(
     # The same random weights on every export of this name: seeded just before the factory,
     # after a model file's import (a file that seeds torch as it is imported overrode a seed
     # set before, and exported its own weights instead)
-    model = create_model(
-        name, in_channels=shape[0], factory_seed=0, **sized, **without_automatic(kwargs)
-    )
+    with _compiling_nothing():  # a factory that calls its compiled module: see `from_run`
+        model = create_model(
+            name, in_channels=shape[0], factory_seed=0, **sized, **without_automatic(kwargs)
+        )
     model = uncompiled(model)  # a torch.compile'd one: see `from_run`
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
@@ -132,6 +133,13 @@ def from_registry(
         width = output.shape[-1] if output.dim() >= 2 else None
         unused = unused_classes(width, output.dim(), num_classes, option)
     return Source(model, meta, warnings=[*kept_out, *([] if unused is None else [unused])])
+
+
+def _compiling_nothing() -> contextlib.AbstractContextManager[None]:
+    """Every torch.compile wrapper run as the module it wraps, compiling nothing, for the
+    block (torch's own switch; process-wide, as torch keeps it, and put back after): export
+    builds a model to take the module inside, never to run the wrapper's compiled code."""
+    return torch.compiler.set_stance("force_eager")  # type: ignore[no-any-return]
 
 
 # Export trains nothing: a notebook's torch.no_grad() or torch.inference_mode() around it must
@@ -169,7 +177,13 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     weights = saved["model"]
     exp = stored_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store), reporter)
-    with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
+    # A factory's torch.compile(module) is rebuilt as the run built it, the wrapper that its
+    # checkpoint's keys name (`_orig_mod.`), and checked as a run checks it, but compiled for
+    # none of those dry forwards: export takes the module inside once its weights are loaded
+    # (below). Compiled, inductor's build wrote torch's log line ("No CUDA runtime is found")
+    # before dlperf's first on a CPU machine, for a compile nothing used. Rebuilding: its
+    # model file gone, the line says to restore it, not "use another".
+    with rebuilding(f"run {run_id}"), _compiling_nothing():
         model = build_model(exp, data, torch.device("cpu"), fresh=False)
     same = model_file_kept(record)  # a factory's own change, not the file's: told so
     checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, same)

@@ -72,15 +72,24 @@ def head_name(model: nn.Module) -> str:
 def _unwrapped(model: nn.Module) -> tuple[nn.Module, str]:
     """The module whose forward computes `model`'s (inside torch.compile's OptimizedModule,
     DataParallel and DistributedDataParallel), and the prefix of its names in `model`'s."""
+    from dlperf.analytic.counting import uncompiled  # the one unwrapping of torch.compile's
+
     prefix = ""
     while True:
-        compiled = getattr(model, "_orig_mod", None)
-        if isinstance(compiled, nn.Module):
-            model, prefix = compiled, f"{prefix}_orig_mod."
+        if (inner := uncompiled(model)) is not model:
+            model, prefix = inner, f"{prefix}{_path(model, inner)}."
         elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             model, prefix = model.module, f"{prefix}module."
         else:
             return model, prefix
+
+
+def _path(model: nn.Module, inner: nn.Module) -> str:
+    """The name of `inner` among `model`'s modules (`_orig_mod`, or `_orig_mod._orig_mod` for
+    a wrapper of a wrapper): the prefix its state dict's keys carry in `model`'s. One held
+    outside nn.Module's submodules (object.__setattr__) is named as torch.compile names it."""
+    named = (name for name, module in model.named_modules() if module is inner)
+    return next(named, "_orig_mod")
 
 
 def _traced_head(model: nn.Module) -> str | tuple[str, str] | None:
