@@ -857,10 +857,10 @@ def analyze(
             check_options,
             count_model,
             nesting_told,
-            uncompiled,
         )
         from dlperf.analytic.counting import analyze as analyze_name
         from dlperf.models.registry import check_no_cycle
+        from dlperf.models.transfer import uncompiled
 
     precision = _precision(dtype)
     input_size = _shape(input_size)

@@ -15,8 +15,9 @@ Found fixing: a module holding itself as `_orig_mod` would have hung the API, wh
 unwraps before its cycle check: `uncompiled` stops at a module it has passed, and the cycle
 is refused in one line as before.
 Code review: `models/transfer.py` unwrapped torch.compile's `_orig_mod` with a loop of its own
-beside `analytic.counting.uncompiled`; it now calls that helper (no behaviour change: the head's
-name under any nesting of compile and DataParallel is as before).
+beside `analytic.counting.uncompiled`; it now calls that helper, since moved to
+`models.transfer` out of an import cycle (no behaviour change: the head's name under any
+nesting of compile and DataParallel is as before).
 
 The model file compiles with a backend that writes a line each time it is called, then hands
 the graph to inductor (torch.compile's default): one run trains it (inductor's first build on

@@ -2193,22 +2193,6 @@ def _callers_modes_off() -> Iterator[None]:
         yield
 
 
-def uncompiled(model: nn.Module) -> nn.Module:
-    """The module inside torch.compile's OptimizedModule (its `_orig_mod`, however nested),
-    else `model`: the network, its weights and its names as uncompiled. The one unwrapping of
-    a compiled module (models/transfer.py's too). A count of the wrapper ran dynamo under
-    dlperf's global hooks (torch warned of them) and named every row `_orig_mod.`; an export
-    of it failed with a dynamic batch. A module that is its own `_orig_mod` (a cycle, refused
-    by the callers' check_no_cycle) ends the walk rather than looping in it."""
-    passed = {id(model)}
-    while isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):
-        if id(inner) in passed:
-            break
-        passed.add(id(inner))
-        model = inner
-    return model
-
-
 @_callers_modes_off()
 def analyze_module(
     model: nn.Module,
@@ -2231,6 +2215,8 @@ def analyze_module(
     recursion limit is one line naming its depth (`nesting_told`). A torch.compile'd model
     is counted as the module inside (`uncompiled`).
     """
+    from dlperf.models.transfer import uncompiled
+
     model = uncompiled(model)
     with nesting_told(model):
         return _analyze_module(model, input_shape, batch, train, precision, name, command)
@@ -2515,6 +2501,8 @@ def count_model(
     convention whose counts of one of `model`'s modules are not reproduced is refused.
     `command` names the caller in a refusal: by default the API, which calls this with the
     caller's own module (the CLI's commands count through `analyze`)."""
+    from dlperf.models.transfer import uncompiled
+
     model = uncompiled(model)  # its modules named as analyze_module names its rows
     with nesting_told(model):  # the walks below, before analyze_module's own
         _refuse_unreproduced(model, macs_convention)

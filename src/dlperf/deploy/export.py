@@ -82,9 +82,10 @@ def from_registry(
     (export.num_classes or model.kwargs.num_classes), checked as analyze checks it: refused
     for a factory that takes none, warned of where the model's output is of another width.
     Otherwise it is the caller's own (bench's: the exported graph's width), not checked."""
-    from dlperf.analytic.counting import refuse_unused_classes, uncompiled, unused_classes
+    from dlperf.analytic.counting import refuse_unused_classes, unused_classes
     from dlperf.models import create_model
     from dlperf.models.registry import check_automatic, refusing_unregistered, without_automatic
+    from dlperf.models.transfer import uncompiled
 
     kwargs = model_kwargs or {}
     shape = input_shape or IMAGENET_SHAPE
@@ -151,7 +152,6 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     """A stored run's model with its trained weights, its data's preprocessing and labels,
     and up to 64 of its test images; `reporter` hears its data's load (a big image folder's
     takes minutes)."""
-    from dlperf.analytic.counting import uncompiled
     from dlperf.config import stored_experiment
     from dlperf.data.augment import normalize
     from dlperf.data.sources import decode_file
@@ -159,6 +159,7 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     from dlperf.engine.build import build_model, load_run_data
     from dlperf.experiment.run import model_file_changed, model_file_kept
     from dlperf.models.registry import rebuilding
+    from dlperf.models.transfer import uncompiled
     from dlperf.sweep.runner import weights_hint
 
     record = store.get_run(run_id)

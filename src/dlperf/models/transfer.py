@@ -69,11 +69,26 @@ def head_name(model: nn.Module) -> str:
     )
 
 
+def uncompiled(model: nn.Module) -> nn.Module:
+    """The module inside torch.compile's OptimizedModule (its `_orig_mod`, however nested),
+    else `model`: the network, its weights and its names as uncompiled. The one unwrapping of
+    a compiled module (analyze's, export's and `_unwrapped`'s). A count of the wrapper ran
+    dynamo under dlperf's global hooks (torch warned of them) and named every row
+    `_orig_mod.`; an export of it failed with a dynamic batch. A module that is its own
+    `_orig_mod` (a cycle, refused by the callers' check_no_cycle) ends the walk rather than
+    looping in it."""
+    passed = {id(model)}
+    while isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):
+        if id(inner) in passed:
+            break
+        passed.add(id(inner))
+        model = inner
+    return model
+
+
 def _unwrapped(model: nn.Module) -> tuple[nn.Module, str]:
     """The module whose forward computes `model`'s (inside torch.compile's OptimizedModule,
     DataParallel and DistributedDataParallel), and the prefix of its names in `model`'s."""
-    from dlperf.analytic.counting import uncompiled  # the one unwrapping of torch.compile's
-
     prefix = ""
     while True:
         if (inner := uncompiled(model)) is not model:
