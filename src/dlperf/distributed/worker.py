@@ -12,16 +12,17 @@ head's gradients and the backbone's batch norms stay in eval mode. It trains in 
 training loop (dlperf.engine.train_loop), whose components are the hooks, the replica's
 memory-cap check, the profiled window (run.profile, after the warm-up, untimed), the crash
 hook, the timing window (dlperf.distributed.window) and, once the steps are timed, a plain
-run's check that the loss stayed finite (`Divergence`): every step after the warm-up is
-timed, and (unless the point's hook already is the no-op) a second replica under DDP's
-no-op communication hook, warmed up alike, in alternating chunks of steps: the compute-only
-time the parent subtracts to get the exposed communication. Every rank's figures are
-gathered to the launch's node and written as `result.json` next to the spec by local rank 0
-of the writing node, so the parent of a multi-node run reads them without a shared file
-system. Beside it each rank writes `rank-R.pid` as it starts (whole: the launcher stops
-workers by pid), `rank-R.training` once past the warm-up (and the profiled window), and
-`rank-R.error` (its traceback) if it fails; rank 0 writes `rank-0.warning`, one line, where
-the point trains other than asked (DDP told of parameters without gradients: `unused_warning`).
+run's checks that the loss stayed finite (`Divergence`) and that the model did not grow
+(`GrowthCheck`): every step after the warm-up is timed, and (unless the point's hook already
+is the no-op) a second replica under DDP's no-op communication hook, warmed up alike, in
+alternating chunks of steps: the compute-only time the parent subtracts to get the exposed
+communication. Every rank's figures are gathered to the launch's node and written as
+`result.json` next to the spec by local rank 0 of the writing node, so the parent of a
+multi-node run reads them without a shared file system. Beside it each rank writes
+`rank-R.pid` as it starts (whole: the launcher stops workers by pid), `rank-R.training` once
+past the warm-up (and the profiled window), and `rank-R.error` (its traceback) if it fails;
+rank 0 writes `rank-0.warning`, one line, where the point trains other than asked (DDP told of
+parameters without gradients: `unused_warning`).
 
 The spec and the result are the records of dlperf.distributed.contracts; the crash hook
 (DLPERF_SCALE_CRASH) is dlperf.distributed.crash's. The measured replica calls the hooks of
@@ -36,7 +37,7 @@ import math
 import os
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -63,7 +64,7 @@ from dlperf.engine.checks import dry_backward, no_gradient, out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.loop import Diverged
 from dlperf.engine.profiler import ProfileWindow, trace_name
-from dlperf.engine.step import TrainStep, WrongOutput, prepare, steps_per_epoch
+from dlperf.engine.step import ModelGrew, TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
 from dlperf.errors import UserError, model_exited
@@ -369,6 +370,32 @@ class Divergence(Component):
             )
 
 
+class GrowthCheck(Component):
+    """A plain run's epoch-end check that the model holds what the optimizer was built from
+    (TrainStep.check_not_grown) in a scaling point's loop, once its steps are done: a layer
+    its forward made past the worker's dry checks never trained, and the point finished
+    without a word. `steps`: the main replica's and the compute-only copy's. `gather` (every
+    rank's finding, in rank order) makes every rank raise the same ModelGrew, as Divergence
+    does, so that no rank waits in a collective for a peer that left; growth on some ranks
+    alone (a forward that reads RANK) names them."""
+
+    def __init__(
+        self, steps: Sequence[TrainStep], gather: Callable[[str | None], list[str | None]]
+    ) -> None:
+        self.steps, self.gather = steps, gather
+
+    def on_epoch_end(self, epoch: int) -> None:
+        changes = (step.held.changed(step.model) for step in self.steps)
+        found = self.gather(next((c for c in changes if c is not None), None))
+        ranks = [rank for rank, changed in enumerate(found) if changed is not None]
+        if not ranks:
+            return
+        said = str(found[ranks[0]])
+        if len(ranks) < len(found):
+            said += f" on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+        raise ModelGrew(self.steps[0].model, said)
+
+
 def alone(mine: Found | None) -> list[Found | None]:
     """A rank's finding among its peers' where they cannot be gathered (Horovod's)."""
     return [mine]
@@ -400,7 +427,7 @@ def measure(
     """A scaling point's steps: the one training loop over `main`, with its `hooks`, the
     `profile` window after the warm-up, the crash hook, the timing window alternating
     with `compute`'s steps (dlperf.distributed.window) and, once the steps are timed, the
-    loss check."""
+    loss check and the growth check (of both replicas)."""
     rank, world, barrier = launch.rank, launch.world, launch.barrier
     split = (lambda steps: compute.timed(steps, barrier)) if compute else None
     divergence = Divergence(
@@ -408,11 +435,13 @@ def measure(
     )
     warmup = spec.warmup_steps + exp.run.profile.steps  # the profiled steps are not timed
     window = ScaleWindow(spec, warmup, main.device, barrier, split, after_warmup)
+    replicas = [main] if compute is None else [main, compute]
+    growth = GrowthCheck([r.train_step for r in replicas], launch.gather)
     with profile:
         train_loop(
             main.train_step,
             [(1, main.batches)],
-            [hooks, main, profile, Crashing(rank), window, divergence],
+            [hooks, main, profile, Crashing(rank), window, divergence, growth],
             Progress(),
             trainer=launch.trainer,
             model=main.model,

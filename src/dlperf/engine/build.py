@@ -23,7 +23,6 @@ from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import (
-    DRY_BATCH,
     Grown,
     ReadFailed,
     TooDeep,
@@ -96,15 +95,7 @@ def prepare_run(
     check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
     check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
     check_classes(data, exp.data.limit)
-    model = build_model(exp, data, device, reporter, fresh)
-    # The batch size this run trains at, which neither a sweep's nor a scale study's check of
-    # the model (build_model) knows: a forward that breaks at it, refused before the record
-    check_run_batch(model, exp.train.batch_size, data.shape, f"'{exp.model.name}'", device)
-    # and the evaluation splits' last batches, which are not dropped: a .squeeze() forward
-    # failed at a val split's last image, after its first epoch trained
-    splits = {"val": len(data.val.labels), "test": len(data.test.labels)}
-    for size, where in eval_remainders(exp.train.batch_size, splits).items():
-        check_run_batch(model, size, data.shape, f"'{exp.model.name}'", device, where)
+    model = build_checked(exp, data, device, reporter, fresh)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
     if weights is not None and exp.model.head == "keep":
@@ -116,6 +107,42 @@ def prepare_run(
     origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
     origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
     return Prepared(device, threads, free, crowded, data, model, origin | {"warnings": warnings})
+
+
+def build_checked(
+    exp: Experiment,
+    data: ImageData,
+    device: torch.device,
+    reporter: Reporter | None = None,
+    fresh: bool = True,
+) -> torch.nn.Module:
+    """The experiment's model (`build_model`), put through every check `dlperf run` makes of
+    it before recording the run: build_model's dry checks, then the run's own batch size and
+    the evaluation splits' last batches. `prepare_run` and a sweep's up-front check
+    (`first_refused`) both call this, so that the checks' forwards, in number and order, are
+    the same: a model that made a layer at its fifth forward (the batch-size check's) was
+    refused by `run` and met by a sweep only inside the point's run, stored as failed."""
+    model = build_model(exp, data, device, reporter, fresh)
+    name = f"'{exp.model.name}'"
+    # The batch size this run trains at, which a scale study's check of the model
+    # (build_model) does not know: a forward that breaks at it, refused before the record
+    check_run_batch(model, exp.train.batch_size, data.shape, name, device)
+    # and the evaluation splits' last batches, which are not dropped: a .squeeze() forward
+    # failed at a val split's last image, after its first epoch trained
+    splits = {"val": len(data.val.labels), "test": len(data.test.labels)}
+    for size, where in eval_remainders(exp.train.batch_size, splits).items():
+        check_run_batch(model, size, data.shape, name, device, where)
+    return model
+
+
+def checked_alike(exp: Experiment) -> str:
+    """What `build_checked` reads of `exp` besides its data: two experiments of one data set
+    and the same key are checked alike, so a sweep builds and checks one model for both.
+    The model section, the batch size, and the run settings the dry checks try the model in
+    (a sweep over run.channels_last checked every point at the first point's value)."""
+    run = exp.run
+    settings = [run.seed, run.precision, run.compile, run.channels_last, run.checkpoint]
+    return json.dumps([exp.model.model_dump(mode="json"), exp.train.batch_size, settings])
 
 
 def check_profile_fits(exp: Experiment, data: ImageData, epochs_done: int = 0) -> None:
@@ -160,13 +187,12 @@ def first_refused(
                 check_profile_fits(exp, data)
                 check_classes(data, exp.data.limit)
                 pick_device(exp.run.device)  # a device this host lacks is refused here too
-                # A batch below the dry checks' own is a check of its own (check_batch_trains).
-                trial = min(exp.train.batch_size, DRY_BATCH)
-                model_key = json.dumps([exp.model.model_dump(mode="json"), trial])
+                model_key = checked_alike(exp)
                 if model_key not in built:
                     # On the CPU: a sweep's parent process holds no accelerator memory that
-                    # its workers need (what only a device refuses, its memory, fails the run)
-                    build_model(exp, data, torch.device("cpu"))
+                    # its workers need (what only a device refuses, its memory, fails the run).
+                    # The run's own checks, each forward of them: see build_checked.
+                    build_checked(exp, data, torch.device("cpu"))
                     built.add(model_key)
             except UserError as e:
                 if first is None or index < first[0]:

@@ -162,13 +162,22 @@ def _source(model: nn.Module) -> Path:
 @contextlib.contextmanager
 def kept(model: nn.Module, what: str = "the model") -> Iterator[None]:
     """The block (a forward of `model`, `what`) with torch's settings put back after it (Kept),
-    and, where it returned, the model refused if it grew in it (`check_not_grown`)."""
+    and, where it returned, the model refused if it grew in it (`check_not_grown`). The first
+    forward in evaluation mode has what it made noted (for `refuse_made_in_eval`)."""
     before = Kept.now()
+    # Its parameters' names before its first forward, where this is it in evaluation mode
+    had = None if id(model) in _FIRST or model.training else set(dict(model.named_parameters()))
     try:
         yield
     finally:
         before.put_back(model)
     check_not_grown(model, what)
+    if had is not None:
+        made = tuple(n for n, _ in model.named_parameters() if n not in had)
+        if made:
+            key = id(model)
+            _MADE_IN_EVAL[key] = made
+            weakref.finalize(model, _MADE_IN_EVAL.pop, key, None)
 
 
 class Grown(UserError):
@@ -230,6 +239,11 @@ class Held:
 # makes (sized by the input it sees) is in the network every rebuild makes as its own checks
 # run (export, --resume, a distill teacher), and is in the optimizer, built after them.
 _FIRST: dict[int, Held] = {}
+# The parameters each model's first forward made where it ran in evaluation mode (the dry
+# checks' first does), by id as _FIRST is: taken as a lazy layer's by check_not_grown, but one
+# made for evaluation alone (if not self.training: self.extra = ...) never trains, and every
+# evaluation's scores pass through its initial weights (dry_backward refuses it).
+_MADE_IN_EVAL: dict[int, tuple[str, ...]] = {}
 
 
 def check_not_grown(model: nn.Module, what: str) -> None:
@@ -602,6 +616,7 @@ def dry_backward(
                 "not None, and every layer between the weights and the scores needs a backward "
                 "(a quantized layer has none)",
             )
+        refuse_made_in_eval(model, unused, what)
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return unused
@@ -612,6 +627,25 @@ def dry_backward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+def refuse_made_in_eval(model: nn.Module, unused: Sequence[str], what: str) -> None:
+    """Refuse model `what` where parameters its first forward made in evaluation mode are
+    among the trained ones its dry backward gives no gradient (`unused`): a layer made for
+    evaluation alone, which keeps its initial weights while every score of the run's
+    evaluations passes through them (a run at chance, exit 0, no word). Narrow on purpose:
+    a layer made in __init__ and left unused is the caller's warning, a frozen one trains
+    nothing anyway, and one the first forward made and training uses (sized by the input)
+    gets its gradient."""
+    made = set(_MADE_IN_EVAL.get(id(model), ()))
+    eval_only = [n for n in unused if n in made]
+    if eval_only:
+        raise UserError(
+            f"model {what}: {few(eval_only, 4)} were made in an evaluation-mode forward and get "
+            "no gradient in training: they keep their initial weights, and every evaluation's "
+            "scores pass through them",
+            "make them in __init__, and use them in the training-mode forward too",
+        )
 
 
 def _forward_with_gradients(
