@@ -1130,6 +1130,7 @@ def build_from_factory(
     the RNGs seeded with `seed` (when given: `seed_generators`) just before the call."""
     # A user's factory may not know about num_classes/in_channels: pass what it accepts. The
     # user's own keywords are not filtered, so that a misspelt one is refused, not dropped.
+    kwargs = fresh(kwargs)
     automatic = {k: v for k, v in kwargs.items() if k in AUTOMATIC}
     own = {k: v for k, v in kwargs.items() if k not in AUTOMATIC}
     taken = accepted(fn, own)
@@ -1695,6 +1696,23 @@ def seed_generators(seed: int) -> None:
     random.seed(seed)
 
 
+def fresh(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with each list, tuple, set and dict in it copied, however nested: a factory is
+    given its own, since one that changed what it was given (`widths.append(...)`) changed
+    the run's config, which dlperf then stored, hashed, showed as a sweep's axis value and
+    rebuilt from (export blamed a nondeterministic factory). Other values (a tensor, a module
+    the caller hands `create_model`) are passed as they are, as Python passes them."""
+
+    def copied(value: Any) -> Any:
+        if type(value) is dict:  # exact types: a namedtuple or the user's own class is theirs
+            return {k: copied(v) for k, v in value.items()}
+        if type(value) in (list, tuple, set):
+            return type(value)(copied(v) for v in value)
+        return value
+
+    return {k: copied(v) for k, v in kwargs.items()}
+
+
 def _seed(seed: int | None) -> None:
     if seed is not None:
         seed_generators(seed)
@@ -1719,6 +1737,7 @@ def create_model(
     run.seed gave other weights each time. The file and the modules beside it that it imports
     run again at each call (`_forget_neighbours`), each seeded so, a sweep's points alike."""
     sized = {"num_classes": num_classes} if num_classes is not None else {}
+    kwargs = fresh(kwargs)
     if is_file_spec(name):
         _seed(factory_seed)
         return build_from_factory(
