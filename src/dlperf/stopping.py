@@ -25,6 +25,9 @@ same way wherever they land.
   in half, no run or child is made without its owner knowing, and a second Ctrl-C does not
   cut the first one's cleanup short. Outside them every signal raises, so that a stop that a
   library swallowed (a bare `except:` around an import) is not lost.
+- A `spared()` block (what a stopped command says last: `run`'s resume hint, read from the
+  store) holds one signal as a shielded one does, but a user who insists gets out: the next
+  signal raises at once, so that a store that does not answer holds no Ctrl-C off for good.
 - An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
   Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the
@@ -91,6 +94,7 @@ class _State:
     received: int | None = None  # the first stop signal
     pending: bool = False  # a signal came inside a shielded block: raised at its end
     shields: int = 0  # shielded blocks open (in the main thread, the one signals interrupt)
+    spared: bool = False  # the outermost shielded block open is a `spared` one
     settled: bool = False  # the exit code is decided: signals no longer count
     cpu_s: float | None = None  # the CPU time used when a CPU-time limit's SIGXCPU came
 
@@ -118,6 +122,8 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         if signum == _SIGXCPU:  # not the soft limit read later: the kernel raises it a second
             _state.cpu_s = time.process_time()  # each time it sends SIGXCPU
     if _state.shields:
+        if _state.pending and _state.spared and _state.shields == 1:
+            _stop()  # a signal more, where a `spared` block held one: its user insists
         _state.pending = True
     else:
         _stop()
@@ -247,6 +253,31 @@ class shielded:  # lower case: used as `with shielded():`, like contextlib.suppr
         _stop()
 
 
+class spared(shielded):
+    """A stopped command's last words (`run`'s hint how to resume the run it stopped: store
+    reads and a line), which one more stop signal does not cut, but which must not hold off a
+    user who presses Ctrl-C again and again while the store does not answer: the first signal
+    that lands inside waits for the block's end, as in a shielded block; the next raises at
+    once. Only as the outermost block: inside another shielded block it is one (that block
+    must not be cut), and a shielded block inside it holds every signal as ever."""
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        self.outermost = self.counted and _state.shields == 1
+        if self.outermost:
+            _state.spared = True
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self.outermost:
+            _state.spared = False
+        super().__exit__(kind, error, trace)
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """`shielded`, also where `install()` has not taken the signals (the Python API in a
@@ -279,15 +310,22 @@ class unshielded:
 
     def __enter__(self) -> None:
         self.saved: int | None = None
+        self.spared = False
         if threading.current_thread() is not threading.main_thread():
             return
         self.saved, _state.shields = _state.shields, 0
+        self.spared, _state.spared = _state.spared, False  # a block inside is not the spared one
         if _state.pending and not _state.settled:
+            # Not entered, so not left: the count is the caller's again. Left at 0, the
+            # enclosing block's end took it to -1: a later signal outside any shielded block
+            # waited, one inside a block (its count 0 again) cut it.
+            self.__exit__()
             _stop()
 
     def __exit__(self, *exc: object) -> None:
         if self.saved is not None:
             _state.shields = self.saved
+            _state.spared = self.spared
 
 
 def settle() -> None:

@@ -104,12 +104,15 @@ def run(
         # signal raised once it was written) or as the result came back: the run finished,
         # and the command ends as a finished run, not with exit 130 and a resume hint that
         # `--resume` answers with "already finished".
-        own = _own_run(store, resume)
-        if not (_written_here(own) and own.status == FINISHED and own.summary is not None):
-            _resume_hint(store, own)
-            raise
-        stopping.settle()
-        result = RunResult(own.id, FINISHED, RunSummary.from_dict(own.summary))
+        # Spared: a second Ctrl-C (pressed as the first seemed slow) cut these reads, and the
+        # hint was lost; a third still ends them, should the store not answer.
+        with stopping.spared():
+            own = _own_run(store, resume)
+            if not (_written_here(own) and own.status == FINISHED and own.summary is not None):
+                _resume_hint(store, own)
+                raise
+            stopping.settle()
+            result = RunResult(own.id, FINISHED, RunSummary.from_dict(own.summary))
     if as_json:
         console.print_json(result.to_dict())
     else:
@@ -174,16 +177,17 @@ def _demo_stopped(store: RunStore) -> None:
     was training and how to continue it, and that the demo itself is redone, not continued
     (its comparison needs both runs: `dlperf demo` trains them anew, as a study of its own)."""
     again = "run dlperf demo again to redo the demo"
-    # Any error now is the stop's consequence (dlperf.errors.interrupted): the stop goes on.
-    with contextlib.suppress(Exception):
-        run = _own_run(store, None)
-        if _resumable(run, store):
-            console.err_line(
-                f"demo stopped in run {run.id} ({run.name}); continue that run from its last "
-                f"checkpoint{_resume(run.id)}, or {again}"
-            )
-            return
-    console.err_line(f"demo stopped; {again}")
+    line = f"demo stopped; {again}"
+    with stopping.spared():  # as `run`'s hint: a second Ctrl-C waits for it, a third does not
+        # Any error now is the stop's consequence (dlperf.errors.interrupted): the stop goes on.
+        with contextlib.suppress(Exception):
+            run = _own_run(store, None)
+            if _resumable(run, store):
+                line = (
+                    f"demo stopped in run {run.id} ({run.name}); continue that run from its "
+                    f"last checkpoint{_resume(run.id)}, or {again}"
+                )
+        console.err_line(line)
 
 
 @config_app.command("show")

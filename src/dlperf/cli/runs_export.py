@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dlperf import stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, open_store
 from dlperf.cli.runs import runs_app
@@ -62,6 +63,9 @@ def runs_export(
         result = exporters.export_mlflow(store, run_ids, uri, experiment)
     else:
         result = exporters.export_tensorboard(store, run_ids, Path(out))
+    # The export is in place: a stop signal from here on does not unsay it, as `run`'s once
+    # its run is stored. It exited 130 after "exported to ...", the table cut off.
+    stopping.settle()
     console.tell(result["warnings"])
     console.gone(result.pop("gone", []), "runs export")  # said here, as by report and doctor
     if console.printed_json(as_json, result):
