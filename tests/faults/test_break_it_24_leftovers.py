@@ -140,6 +140,33 @@ def test_a_sweep_worker_killed_by_a_signal_is_said_by_its_name(
     assert (store.get_run(run_id).status, store.get_run(run_id).error) == ("failed", expected)
 
 
+@pytest.mark.parametrize(
+    ("sig", "said"),
+    [
+        (signal.SIGTERM, "stopped by SIGTERM (exit code 143)"),
+        (signal.SIGHUP, "stopped by SIGHUP (exit code 129)"),
+    ],
+)
+def test_a_sweep_worker_stopped_by_a_signal_it_caught_is_said_by_its_name(
+    tmp_path: Path, sig: signal.Signals, said: str
+) -> None:
+    """Round 42, T3 C1: a SIGTERM sent to one worker of `sweep --jobs 2` read "sweep worker
+    ended with code 143": the worker catches the stop signals (`stopping.run`, as
+    dlperf.sweep.worker does) and exits 128 + the signal, which was told as a bare code."""
+    script = (
+        "import os, sys; from dlperf import stopping\n"
+        "def main():\n"
+        "    print('training', file=sys.stderr, flush=True)\n"
+        "    os.kill(os.getpid(), int(sys.argv[1]))\n"
+        "    return 0\n"
+        "stopping.run(main, process=True)"
+    )
+    store, result, run_id = _collect(tmp_path, script, str(int(sig)))
+    expected = f"sweep worker {said}\ntraining"
+    assert (result.status, result.error) == ("failed", expected)
+    assert (store.get_run(run_id).status, store.get_run(run_id).error) == ("failed", expected)
+
+
 def test_a_sweep_worker_whose_store_went_away_is_stored_marked_failed(tmp_path: Path) -> None:
     # The line a store gone under the worker's run gives (a server's: its file not kept)
     gone = RunStore.open(str(tmp_path / "g.db"), writes=False)._gone(

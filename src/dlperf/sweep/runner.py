@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from dlperf.errors import StoreGone, UserError, error_text, interrupted
 from dlperf.parsing import one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
 from dlperf.progress import NullReporter, Reporter
+from dlperf.stopping import STOP_SIGNALS
 from dlperf.store import RunStore
 from dlperf.store.names import given
 from dlperf.store.record import RunRecord
@@ -417,7 +419,12 @@ KILLED_BY = {
 
 def _ended(returncode: int) -> str:
     """How a worker ended, from Popen's returncode: its exit code, or the signal that killed
-    it by name (negative codes), with what it most likely means."""
+    it by name (negative codes), with what it most likely means. A stop signal the worker
+    caught (`stopping`: it exits 128 + the signal, as a shell reports it) is named too: a
+    SIGTERM sent to one worker read "ended with code 143"."""
+    stopped = {128 + int(sig): signal.Signals(sig).name for sig in STOP_SIGNALS}
+    if returncode in stopped:
+        return f"stopped by {stopped[returncode]} (exit code {returncode})"
     if returncode >= 0:
         return f"ended with code {returncode}"
     said = how(returncode)  # "killed by SIGXCPU"
