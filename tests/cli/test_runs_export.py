@@ -32,6 +32,8 @@ def test_help_ends_with_an_example() -> None:
         (["--to", "mlflow", "--uri", "x", "--out", "tb"], "--out is for --to tensorboard"),
         (["--to", "tensorboard"], "--to tensorboard needs --out DIR"),
         (["--to", "tensorboard", "--out", "tb", "--uri", "u"], "--uri is for --to mlflow"),
+        # round 42, T1 C1: MLflow's experiment name was dropped without a word, exit 0
+        (["--to", "tensorboard", "--out", "tb", "--experiment", "e"], "--experiment is for"),
     ],
 )
 def test_option_checks_are_one_line_and_exit_2(

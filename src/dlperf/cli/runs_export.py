@@ -47,6 +47,8 @@ def runs_export(
         raise UserError("--out is for --to tensorboard; MLflow takes --uri")
     if to == "tensorboard" and _given(ctx, "uri"):
         raise UserError("--uri is for --to mlflow; TensorBoard takes --out DIR")
+    if to == "tensorboard" and _given(ctx, "experiment"):  # was dropped, exit 0 (round 42)
+        raise UserError("--experiment is for --to mlflow; TensorBoard names each run's folder")
     if to == "mlflow" and uri is None:
         raise UserError("--to mlflow needs --uri", "e.g. --uri sqlite:///mlflow.db")
     if to == "tensorboard" and out is None:
