@@ -176,8 +176,8 @@ def run(
 
     Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50
     """
-    from dlperf.config import ScaleJob, load_job
     from dlperf.distributed.jobfiles import check_job_options, study_job
+    from dlperf.distributed.planning import load_study
 
     if as_csv and as_json:
         raise UserError("--csv prints a scaling study's tables", "not with --json")
@@ -185,7 +185,7 @@ def run(
     check_job_options(emit, out, image, gpus_per_node, cloud)  # before the study's own checks
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
     sets = [*set_, "run.profile.enabled=true"] if profile else set_
-    job = load_job(ScaleJob, _need(experiment), sets, scale=flags)
+    job = load_study(_need(experiment), sets, flags)
     if emit is not None:
         _emit(emit, out, study_job(emit, sys.argv[1:], job, gpus_per_node, image, cloud))
         return

@@ -17,9 +17,11 @@ import importlib.util
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from dlperf.analytic.devices import get_device
-from dlperf.config import Experiment, ScaleConfig, ScaleJob, ScaleMode
+from dlperf.config import Experiment, ScaleConfig, ScaleJob, ScaleMode, load_job
 from dlperf.distributed.launch import check_endpoint
 from dlperf.distributed.scaling import point_name, series
 from dlperf.errors import UserError
@@ -130,6 +132,26 @@ def check_options(opts: ScaleConfig) -> None:
         raise UserError("--framework horovod runs on one node here (horovodrun starts remote "
                         "workers itself, over ssh)", "use --nnodes 1")  # fmt: skip
     hourly_price(opts)
+
+
+def load_study(experiment: Path, sets: list[str], flags: dict[str, Any]) -> ScaleJob:
+    """The study `dlperf scale` runs: the file at `experiment`, --set's `sets` and the scale
+    options (`flags`, None where not given). A batch given on the command line for a mode
+    the study does not run is refused: `--mode weak --per-worker-batch 16 --global-batch 64`
+    ran the weak series alone and dropped the 64 without a word, exit 0. One the file gives
+    stays a default (a file may hold both and the command line pick the mode)."""
+    job = load_job(ScaleJob, experiment, sets, scale=flags)
+    typed = {key for key, value in flags.items() if value is not None}
+    typed |= {s.partition("=")[0].strip().removeprefix("scale.") for s in sets}
+    modes = job.scale.modes()
+    for mode, key in (("strong", "global_batch"), ("weak", "per_worker_batch")):
+        if key in typed and mode not in modes:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(
+                f"{flag} goes with --mode {mode}, and the study's mode is {','.join(modes)}",
+                "--mode weak,strong runs both series",
+            )
+    return job
 
 
 TF_ALLREDUCE = {"mirrored": ("nccl", "hierarchical", "one-device"),
