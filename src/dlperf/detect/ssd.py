@@ -542,13 +542,18 @@ def scale_boxes(
 # An annotated copy is at least this many pixels on its shorter side: a label drawn on a
 # 96-px image would cover the objects it names.
 MIN_DRAWN_SIDE = 480
+# ... and is never enlarged past this on its longer side: a 20000 x 1 image enlarged until its
+# shorter side was 480 px was 9,600,000 px wide, and the OOM killer ended dlperf at 23 GB.
+MAX_DRAWN_SIDE = 4096
 FONT_PX = 16
 PALETTE = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180))
 
 
 def drawn_scale(size: tuple[int, int]) -> int:
-    """The whole factor an image is enlarged by before drawing (1 when it is big enough)."""
-    return max(1, math.ceil(MIN_DRAWN_SIDE / max(1, min(size))))
+    """The whole factor an image is enlarged by before drawing (1 when it is big enough, or
+    when its longer side leaves no room to enlarge it)."""
+    wanted = math.ceil(MIN_DRAWN_SIDE / max(1, min(size)))
+    return max(1, min(wanted, MAX_DRAWN_SIDE // max(1, max(size))))
 
 
 def _label_box(
