@@ -178,6 +178,22 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
     return catalog
 
 
+def check_calibrated_name(name: str, kind: str) -> None:
+    """Refuse to save this host's calibration (a device of `kind`) under the name of a
+    built-in device of another kind: the user file's entry is merged over the built-in one
+    key by key, so a CPU calibrated as "T4" kept T4's price and interconnect (a cpu at
+    $0.35/GPU-h from Google's GPU pricing, exit 0), and the catalog's real T4 was gone."""
+    builtin = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
+    entry = _read(builtin, "built-in devices.toml").get(name)
+    if entry is not None and entry.get("kind", "gpu") != kind:
+        raise UserError(
+            f"--name {name} is the catalog's {entry.get('kind', 'gpu')} {name} "
+            f"({entry.get('description', name)}), and this host's device is a {kind}: its "
+            f"entry would keep {name}'s price and interconnect",
+            "choose another --name (see `dlperf devices`)",
+        )
+
+
 def get_device(name: str, path: Path | None = None) -> Device:
     catalog = load_catalog(path)
     if name in catalog:

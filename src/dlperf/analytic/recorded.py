@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dlperf.analytic.counting import Analysis, analyze, kept_note
 from dlperf.analytic.devices import (
     Device,
+    check_calibrated_name,
     get_device,
     load_catalog,
     save_device,
@@ -137,6 +138,7 @@ def calibrate_recorded(
     writable(user_file())  # before minutes of measuring, not after
     load_catalog(user_file())  # the file it adds to (missing: made): bad entries refused now
     device = pick_device("auto")
+    check_calibrated_name(name or socket.gethostname(), "cpu" if device.type == "cpu" else "gpu")
     threads = set_threads(None)
     store = open_store()
     with store.new_run(
