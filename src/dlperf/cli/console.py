@@ -182,7 +182,7 @@ def _print_blocks(
 
 
 def warn(message: str) -> None:
-    err.print(f"warning: {message}")
+    err_line(f"warning: {message}")  # one line in a log, as an error's is
 
 
 def gone(run_ids: list[int], command: str) -> None:

@@ -201,7 +201,8 @@ def config_show(
     """
     from dlperf.config import load_file, to_toml
 
-    console.out.print(to_toml(*load_file(experiment, list(set_))))
+    # soft_wrap: data, not prose; a line wrapped at 160 columns was TOML no run could read
+    console.out.print(to_toml(*load_file(experiment, list(set_))), soft_wrap=True)
 
 
 @config_app.command("keys")
