@@ -4,6 +4,7 @@ over 160 characters (a 170-character `run.out_dir`) was cut in two, so `dlperf c
 e.toml > resolved.toml` then `dlperf run resolved.toml` failed with "malformed TOML". A
 `warning:` line past 160 characters (the busy-cores one) was two lines in a log. Now the TOML
 and every warning are printed unwrapped (`soft_wrap`), as an error's line already was.
+(C3, the size cap, is below.)
 Both run as subprocesses with stdout and stderr on pipes and no COLUMNS: as a user's
 redirect or a log sees them.
 """
@@ -14,7 +15,14 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
 
 LONG = "/tmp/x/" + "/".join(f"part-{i:02d}-of-a-deep-output-folder" for i in range(6))
 
@@ -43,3 +51,20 @@ def test_a_long_warning_is_one_line_in_a_log() -> None:
     )  # fmt: skip
     lines = [line.rstrip() for line in done.stderr.splitlines()]
     assert lines == [f"warning: {said}".rstrip()], done.stderr  # was two lines
+
+
+def test_an_experiment_file_past_its_cap_is_refused_in_one_line(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    """T2's C3: no cap on an experiment file's size: a 6 MB one (a 3,000,000-item list) took
+    25 s and 1.1 GB before `run` refused a key in it, `config show` minutes. Now a file past
+    1 MiB (loading.FILE_MAX_BYTES) is refused before it is parsed, a sweep file alike."""
+    big = tmp_path / "big.toml"
+    head = '[model]\nname = "smallcnn"\n[data]\nname = "digits"\n[model.kwargs]\n'
+    big.write_text(head + "x = [" + ",".join(["1"] * 600_000) + "]\n")
+    for args in (["config", "show", str(big)], ["run", str(big)]):
+        one_line(cli(*args), 2, "MiB; an experiment or sweep file holds at most 1 MiB")
+    sweep = tmp_path / "sw.toml"
+    sweep.write_text('base = "big.toml"\n' + "# a comment\n" * 100_000)
+    one_line(cli("sweep", str(sweep)), 2, "sw.toml is 1.1 MiB")
+    assert RunStore.open(db).list_runs() == []

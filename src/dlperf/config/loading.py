@@ -141,6 +141,11 @@ def _one_quoted_key(key: str, prefix: str, where: str) -> UserError:
     )
 
 
+# An experiment or sweep file is a config, not data: the largest a user writes are a few KB.
+# One of 6 MB (a 3,000,000-item list) took 25 s and 1.1 GB before `run` refused a key in it,
+# and `config show` minutes (break-it round 41).
+FILE_MAX_BYTES = 1 << 20
+
 TOO_LONG = (
     f"an integer of more than {sys.get_int_max_str_digits()} digits, which Python does not "
     "convert (a denial-of-service guard)"
@@ -451,6 +456,12 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         )
     if not p.is_file():
         raise UserError(f"{p}: no such experiment file", "give the path of a TOML file")
+    if (size := p.stat().st_size) > FILE_MAX_BYTES:
+        raise UserError(
+            f"{p} is {size / 2**20:.1f} MiB; an experiment or sweep file holds at most "
+            f"{FILE_MAX_BYTES >> 20} MiB (a config, not data)",
+            "give data through data.name and a file or folder it reads",
+        )
     try:
         return tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad writes it
     except tomllib.TOMLDecodeError as e:
