@@ -43,43 +43,12 @@ from dlperf.engine.step import ModelGrew
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_39_model_growth import EXP, GROWS
 
 Cli = Callable[..., CliResult]
 
-EXP = """
-[model]
-name = "smallcnn"
-[data]
-name = "digits"
-limit = 256
-[train]
-epochs = 1
-batch_size = 32
-lr = 0.05
-[run]
-threads = 1
-warmup_steps = 1
-"""
-
 # The tester's m_mutate.py: a layer made at the forward's fifth call (run's batch-size check).
-GROWS_AT_5 = """
-import torch, torch.nn as nn
-class M(nn.Module):
-    def __init__(self, num_classes=10, in_channels=1):
-        super().__init__()
-        self.nc = num_classes
-        self.l = nn.Linear(64 * in_channels, num_classes)
-        self.n = 0
-    def forward(self, x):
-        self.n += 1
-        if self.n == 5:
-            self.extra = nn.Linear(self.nc, self.nc)
-        out = self.l(x.flatten(1))
-        if hasattr(self, "extra"):
-            out = self.extra(out)
-        return out
-def make(num_classes=10, in_channels=1): return M(num_classes, in_channels)
-"""
+GROWS_AT_5 = GROWS.replace("AT", "5")
 
 # A .view after a convolution: fails in run.channels_last's memory format alone.
 VIEWS = """
