@@ -141,10 +141,15 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise not_utf8(path, e) from None
 
 
+def _builtin() -> dict[str, dict[str, Any]]:
+    """The entries of the catalog dlperf ships, by name (the user file's go over them)."""
+    text = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
+    return _read(text, "built-in devices.toml")
+
+
 def load_catalog(path: Path | None = None) -> dict[str, Device]:
     """Built-in devices with the user file's entries merged over them, key by key."""
-    builtin = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
-    entries = _read(builtin, "built-in devices.toml")
+    entries = _builtin()
     given = path is not None
     path = path or user_file()
     if not given and os.environ.get("DLPERF_DEVICES") and not path.exists():
@@ -183,8 +188,7 @@ def check_calibrated_name(name: str, kind: str) -> None:
     built-in device of another kind: the user file's entry is merged over the built-in one
     key by key, so a CPU calibrated as "T4" kept T4's price and interconnect (a cpu at
     $0.35/GPU-h from Google's GPU pricing, exit 0), and the catalog's real T4 was gone."""
-    builtin = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
-    entry = _read(builtin, "built-in devices.toml").get(name)
+    entry = _builtin().get(name)
     if entry is not None and entry.get("kind", "gpu") != kind:
         raise UserError(
             f"--name {name} is the catalog's {entry.get('kind', 'gpu')} {name} "
