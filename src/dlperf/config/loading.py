@@ -245,16 +245,13 @@ def _typed(annotation: Any, value: Any, key: str) -> Any:
     members = [m for m in get_args(annotation) if m is not NoneType] if union else [annotation]
     many = any(_is_list(member) for member in members)
     if many:
-        if (
-            isinstance(value, str)
-            and value.strip()
-            and not all(p.strip() for p in value.split(","))
-        ):
+        parts = [part.strip() for part in value.split(",")]
+        if value.strip() and not all(parts):
             raise UserError(
                 f"{key}: {value!r} holds an empty item between its commas",
                 "leave out the empty item, e.g. 1,2",
             )
-        items = [parse_value(item.strip()) for item in value.split(",") if item.strip()]
+        items = [parse_value(part) for part in parts if part]
         either = not all(_is_list(member) for member in members)
         return items[0] if either and len(items) == 1 else items
     if isinstance(value, str) and not _takes_text(annotation):
