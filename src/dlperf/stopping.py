@@ -26,8 +26,12 @@ same way wherever they land.
   cut the first one's cleanup short. Outside them every signal raises, so that a stop that a
   library swallowed (a bare `except:` around an import) is not lost.
 - A `spared()` block (what a stopped command says last: `run`'s resume hint, read from the
-  store) holds one signal as a shielded one does, but a user who insists gets out: the next
-  signal raises at once, so that a store that does not answer holds no Ctrl-C off for good.
+  store; a --json document's write, `console.print_json`) holds one signal as a shielded one
+  does, but a user who insists gets out: the next signal raises at once, so that a store that
+  does not answer, or a reader that never reads the document's pipe, holds no Ctrl-C off for
+  good. So a first signal during a document's write gives the whole document, then 128 + it;
+  a second cuts the document where its write was (the resume hint, read after a first signal
+  already stopped `run`, waits for a second and gives way to a third).
 - An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
   Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the

@@ -19,6 +19,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from dlperf import stopping
 from dlperf.formatting import as_written, fmt
 from dlperf.parsing import finite_json, one_line
 from dlperf.std_streams import settle_std_streams
@@ -80,10 +81,16 @@ def documents_only(active: bool, stream: TextIO | None = None) -> Iterator[None]
 
 
 def print_json(document: Any) -> None:
-    """Exactly one JSON document on stdout (non-finite floats become null)."""
+    """Exactly one JSON document on stdout (non-finite floats become null), whole or not at
+    all: a stop signal that lands once it has begun waits for its end (a document larger than
+    a pipe's buffer, its reader slow, was cut at 64 KiB: invalid JSON, exit 143), then ends
+    the command as ever. Spared, not shielded: a reader that never reads holds the write for
+    good, and a second stop signal then ends it, leaving part of the document."""
+    text = json.dumps(finite_json(document), indent=2, default=str) + "\n"
     stream = _documents or sys.stdout
-    stream.write(json.dumps(finite_json(document), indent=2, default=str) + "\n")
-    stream.flush()
+    with stopping.spared():
+        stream.write(text)
+        stream.flush()
 
 
 def printed_json(as_json: bool, document: Any) -> bool:

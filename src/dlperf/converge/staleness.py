@@ -24,6 +24,7 @@ import heapq
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from typing import Any
 
 from dlperf.errors import UserError
@@ -81,11 +82,23 @@ def from_speeds(speeds: dict[str, float], horizon: float) -> dict[str, list[floa
     total = sum(counts.values())
     if total > MAX_GRADIENTS:
         raise UserError(
-            f"--speeds and --horizon ask for {total:,} gradients; at most {MAX_GRADIENTS:,} are"
-            " simulated",
+            f"--speeds and --horizon ask for {_count(total)} gradients; at most "
+            f"{MAX_GRADIENTS:,} are simulated",
             "lower --speeds or --horizon: only their product counts",
         )
     return {name: [k / speeds[name] for k in range(1, n + 1)] for name, n in counts.items()}
+
+
+def _count(n: int) -> str:
+    """A count as an error says it: exact, in thousands, up to 15 digits; past that, short
+    (`--horizon 1e308` asked for a count of 309 digits, "about 1e+308")."""
+    if n < 10**15:
+        return f"{n:,}"
+    # Decimal: a sum of counts can pass what a float holds (two learners at 1e308)
+    mantissa, _, exponent = f"{Decimal(n):.3g}".partition("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"about {mantissa}e{exponent}"
 
 
 def simulate(
