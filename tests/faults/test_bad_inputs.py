@@ -508,7 +508,7 @@ CASES = [
     case(
         "detect make-shapes /sys/shapes", "error: cannot use /sys/shapes: Operation not permitted"
     ),
-    case("detect make-shapes exp.toml", "error: cannot use exp.toml/Annotations: Not a directory"),
+    case("detect make-shapes exp.toml", "error: exp.toml is not a folder (give a new or empty"),
     case("detect make-shapes shapes --images 1", "error: make-shapes needs at least 2 images"),
     case("detect eval nodir/voc --weights other.pt", "error: nodir/voc is not a VOC data set"),
     case("detect eval dir", "error: detect eval tests trained weights"),

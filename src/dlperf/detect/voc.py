@@ -22,24 +22,28 @@ VOC2010 onwards) by default: it is exact for every recall level, where the VOC20
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
 import re
+import secrets
 import shutil
+import socket
 import unicodedata
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dlperf import image_modes
+from dlperf import image_modes, stopping
 from dlperf.errors import UserError, not_utf8
 from dlperf.formatting import binary_size, few
 from dlperf.parsing import name_text, plain_number
-from dlperf.paths import link_loop, link_to_nothing, not_regular, replaced, writing
+from dlperf.paths import link_loop, link_to_nothing, made_dir, not_regular, replaced, writing
 from dlperf.system import machine_memory
 
 BACKGROUND = "__background__"
@@ -100,6 +104,7 @@ def read_split(root: Path, split: str) -> list[str]:
     path = root / "ImageSets" / "Main" / f"{split}.txt"
     _regular(path, "a text file of image ids, one a line")
     if not path.is_file():
+        _refuse_incomplete(root)
         raise UserError(f"no split file {path}")
     try:
         # utf-8-sig: Notepad and PowerShell start a UTF-8 file with a byte order mark, which
@@ -116,6 +121,24 @@ def read_split(root: Path, split: str) -> list[str]:
         raise UserError(f"split file {path} lists no images")
     _refuse_repeats(path, lines)
     return list(lines)
+
+
+def _refuse_incomplete(root: Path) -> None:
+    """Refuse a set without a split list, as an earlier make-shapes stopped partway left it
+    (images and annotations, an empty ImageSets/Main): "no split file .../train.txt" gave no
+    way out of it."""
+    main = root / "ImageSets" / "Main"
+    if not _lists(main):
+        raise UserError(
+            f"{root} is an incomplete VOC set: {main} holds no split lists",
+            f"remove {root} and make it again with `dlperf detect make-shapes`, "
+            "or give a whole VOC set",
+        )
+
+
+def _lists(main: Path) -> bool:
+    """Whether `main` (ImageSets/Main) holds a split list."""
+    return main.is_dir() and any(p.suffix == ".txt" for p in main.iterdir())
 
 
 # A line of VOC's per-class split files (aeroplane_train.txt): an id, then its flag, -1, 0 or
@@ -834,9 +857,9 @@ def make_shapes(
 ) -> dict[str, Any]:
     """Write a VOC-layout set of filled squares and discs on noisy backgrounds, 1-3 per
     image, non-overlapping. About one object in ten is drawn in a colour close to the
-    background and marked difficult, which is what VOC's flag means."""
-    from PIL import ImageDraw
-
+    background and marked difficult, which is what VOC's flag means. The set is written in a
+    hidden folder of `root`'s own (`STAGING`) and moved into place once whole: a stop leaves
+    `root` as it was (none, where it made it)."""
     if images < 2:
         raise UserError("make-shapes needs at least 2 images (one for train, one for val)")
     if size < 64:
@@ -848,19 +871,34 @@ def make_shapes(
         )
     if seed < 0:  # NumPy's own "expected non-negative integer" was a traceback
         raise UserError(f"--seed must be ≥ 0, got {seed}")
-    # A set there would have its images and annotations overwritten, and its ImageSets list
-    # only the new ids beside the old files left over. Empty folders are no set: written into.
-    held = [root / sub for sub in ("Annotations", "ImageSets", "JPEGImages") if _holds(root / sub)]
-    if held:
-        raise UserError(
-            f"{root} already holds a VOC set ({', '.join(map(str, held))})",
-            "give a new or empty folder",
-        )
+    _refuse_held(root)
     _check_memory(size)
     _check_room(root, images, size)
+    with made_dir(root):
+        _remove_abandoned(root)
+        staging = root / f"{STAGING}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            with _named_in(root, staging):
+                summary = _write_shapes(staging, images, size, val_fraction, seed)
+            with stopping.shielded():  # a stop must not leave some folders moved, not all
+                _refuse_held(root)  # another make-shapes put its set there meanwhile
+                for sub in SHAPES_LAYOUT:  # ImageSets last: a set with its lists is whole
+                    os.replace(staging / sub, root / sub)
+        finally:
+            with stopping.shielded():  # a second Ctrl-C must not leave half of it
+                shutil.rmtree(staging, ignore_errors=True)
+    return {"root": str(root), **summary}
+
+
+def _write_shapes(
+    root: Path, images: int, size: int, val_fraction: float, seed: int
+) -> dict[str, Any]:
+    """make-shapes' set, written into `root` (a folder of its own, not there yet)."""
+    from PIL import ImageDraw
+
     rng = np.random.default_rng(seed)
     for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / sub).mkdir(parents=True)
     ids, counts = [], {name: 0 for name in SHAPES}
     for n in range(images):
         image_id = f"{n:06d}"
@@ -897,13 +935,84 @@ def make_shapes(
     for split, members in splits.items():
         (root / "ImageSets" / "Main" / f"{split}.txt").write_text("\n".join(members) + "\n")
     return {
-        "root": str(root),
         "images": images,
         "size": size,
         "objects": counts,
         "train": len(splits["train"]),
         "val": len(splits["val"]),
     }
+
+
+# Where make-shapes writes its set until it is whole: a hidden folder in ROOT per writer,
+# STAGING-HOST-PID-RANDOM, whose folders are moved into ROOT at the end (renames: one file
+# system, and ROOT's own permissions). Written in ROOT itself, a stopped make-shapes left 103
+# images and no split lists, which a rerun refused as "a VOC set" and finetune as "no split
+# file". One a SIGKILLed make-shapes of this host left (its pid is gone) is removed by the next.
+STAGING = ".make-shapes"
+_STAGED = re.compile(rf"{re.escape(STAGING)}-(?P<host>.+)-(?P<pid>[0-9]+)-[0-9a-f]{{8}}")
+# The folders of a make-shapes set, in the order they are moved into place: ImageSets, with
+# its split lists, last, so that a set found with its lists is whole.
+SHAPES_LAYOUT = ("Annotations", "JPEGImages", "ImageSets")
+
+
+def _refuse_held(root: Path) -> None:
+    """Refuse a `root` holding a VOC set, whole or not: its images and annotations would be
+    replaced, and its lists name only the new ids beside the old files left. Empty folders are
+    no set: the new set's folders take their place. A file or a link in the place of `root`
+    or of a folder is refused before the work, not by the move at its end."""
+    if root.exists() and not root.is_dir():  # mkdir's "Not a directory" named ROOT/Annotations
+        raise UserError(f"{root} is not a folder", "give a new or empty folder for the set")
+    for sub in SHAPES_LAYOUT:
+        path = root / sub
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            # A link would be replaced by the move, not filled where it leads.
+            kind = "a symbolic link" if path.is_symlink() else "not a folder"
+            raise UserError(
+                f"{path} is {kind}: make-shapes moves its own {sub} folder there",
+                "move it, or give a new or empty folder",
+            )
+    held = [root / sub for sub in sorted(SHAPES_LAYOUT) if _holds(root / sub)]
+    if not held:
+        return
+    named = ", ".join(map(str, held))
+    main = root / "ImageSets" / "Main"
+    if not _lists(main):
+        raise UserError(
+            f"{root} holds an incomplete VOC set ({named}): no split lists in {main}",
+            f"remove {root} and make the set again, or give a new or empty folder",
+        )
+    raise UserError(f"{root} already holds a VOC set ({named})", "give a new or empty folder")
+
+
+def _remove_abandoned(root: Path) -> None:
+    """Remove the hidden folders in `root` of make-shapes runs that are gone: those of this
+    host whose process has ended (SIGKILLed: no cleanup ran). Another host's may be in use (a
+    shared file system): it stays. Not removing one costs disk, not the set: a failure here
+    is not make-shapes'."""
+    from dlperf.procs import process_alive
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            staged = _STAGED.fullmatch(entry.name)
+            if staged is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            if process_alive({"host": staged["host"], "pid": int(staged["pid"])}) is False:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _named_in(root: Path, staging: Path) -> Iterator[None]:
+    """An OSError of a file in `staging` (a full disk, a file size limit) named as the file
+    of `root` it was to become: the one error line names the set's file the user asked for."""
+    try:
+        yield
+    except OSError as e:
+        inside = os.fspath(staging)
+        for attr in ("filename", "filename2"):
+            name = getattr(e, attr)
+            if isinstance(name, str) and (name == inside or name.startswith(inside + os.sep)):
+                setattr(e, attr, os.fspath(root) + name[len(inside) :])
+        raise
 
 
 # Values of noise drawn at a time: made for the whole image at once, the float64 noise and its
@@ -988,6 +1097,6 @@ def _check_room(root: Path, images: int, size: int) -> None:
 
 
 def _holds(folder: Path) -> bool:
-    """Whether `folder` is there with something in it (a file in its place is mkdir's to
-    refuse)."""
+    """Whether `folder` is there with something in it (a file in its place is
+    `_refuse_held`'s to refuse)."""
     return folder.is_dir() and any(folder.iterdir())
