@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import re
 import sys
 import threading
@@ -516,17 +517,63 @@ def refuse_unused_classes(name: str, num_classes: int, option: str) -> None:
         _factory_classes(fn, name, num_classes, "", option)
 
 
-def unused_classes(width: int | None, rank: int | None, classes: int, source: str) -> str | None:
+def other_width(width: int | None, rank: int | None, classes: int) -> bool:
+    """Whether an output of rank `rank` is [batch, `width`] scores of another number than
+    `classes`."""
+    return rank == 2 and width is not None and width != classes
+
+
+def unused_classes(
+    width: int | None, rank: int | None, classes: int, source: str, ignored: bool = False
+) -> str | None:
     """What to say of a model built for `classes` classes (given by `source`) whose output,
-    of rank `rank`, is [batch, `width`] scores of another number: the model sizes its own
-    output (an nn.Identity head, a factory ignoring num_classes), as a run would find. None
-    where the output is `classes` wide, or no [batch, k] of scores."""
-    if rank != 2 or width is None or width == classes:
+    of rank `rank`, is [batch, `width`] scores of another number (`other_width`): the model
+    sizes its own output (an nn.Identity head, a factory ignoring num_classes, one adding to
+    it), as a run would find. That it does not use them is said only where known (`ignored`:
+    `ignores_classes`). None where the output is `classes` wide, or no [batch, k] of scores."""
+    if not other_width(width, rank, classes):
         return None
-    return (
+    said = (
         f"the model's output is [batch, {width}]: {width} scores, not the {classes} classes it "
-        f"was given ({source}), which it does not use"
+        f"was given ({source})"
     )
+    if ignored:
+        return f"{said}, which it does not use"
+    return f"{said}: a classifier ends in one score per class"
+
+
+def ignores_classes(
+    name: str, shape: Sequence[int], classes: int, width: int, kwargs: dict[str, Any]
+) -> bool:
+    """Whether model `name` (a model file's factory, dlperf's or torchvision's), built with
+    `kwargs` for another number of classes than `classes`, still ends in `width` scores on
+    `shape` images: its factory does not use num_classes. Asked only of a model whose output
+    is of another width (`other_width`): a second build and forward, on the meta device, its
+    prints, notes and warnings dropped (the first build said them). False where it cannot be
+    told (that build or forward fails): no claim is made then."""
+    from dlperf.models.registry import noting
+
+    other = classes + 1 if classes + 1 != width else classes + 2
+    try:
+        with (
+            noting(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),  # where a factory's prints go
+            warnings.catch_warnings(),
+            torch.random.fork_rng(devices=[]),
+            torch.compiler.set_stance("force_eager"),  # a compiled submodule compiles nothing
+        ):
+            warnings.simplefilter("ignore")
+            model = build_model(name, shape, other, **kwargs)[0].to("meta").eval()
+            with torch.no_grad():
+                out = model(torch.zeros(DRY_PROBE, *shape, device="meta"))
+    except Exception:  # anything at all: the factory's, the forward's, the meta device's
+        return False
+    return isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[-1] == width
+
+
+DRY_PROBE = 2
+"""The batch of `ignores_classes`' forward: two images, as batch norm takes in any mode."""
 
 
 def _arguments(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -1871,14 +1918,25 @@ IN_PLACE = "modified by an inplace operation"
 """autograd's words for a tensor the backward needs, changed in place after it was saved."""
 
 
+UNFED_HOOK = re.escape("Full backward hook is firing when gradients are computed with respect to")
+"""The start of torch's warning (torch/utils/hooks.py) as a backward reaches a module with a
+full backward hook (register_full_backward_hook) none of whose inputs needs a gradient (the
+first layer's, fed the images): torch calls the hook with grad_input None."""
+
+
 def run_backward(out: Any, done: str = "counted", command: str = "analyze") -> None:
     """`sum_backward`; torch refusing to run it (an operation with no derivative, as
     torch.special.zeta; complex weights on meta tensors) is one line, "the model's backward
     cannot be `done`" (counted on the meta device by analyze, measured by predict --measure),
     while an exception the model's own code raises (its autograd Function's backward) goes on
-    as it is, to be told with the model's frames."""
+    as it is, to be told with the model's frames. torch's warning of a full backward hook
+    whose inputs need no gradient (UNFED_HOOK) is kept off: it is of dlperf's inputs."""
     try:
-        sum_backward(out)
+        with warnings.catch_warnings():
+            # The count's and the measurement's inputs need no gradient, as a run's images
+            # need none: a run's dry backward tells a user's hook of that (dry_backward)
+            warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
+            sum_backward(out)
     except Exception as e:
         if raised_by_model(e):
             raise
@@ -2438,14 +2496,22 @@ def analyze(
         a = count_model(
             model, shape, batch, train, precision, name, bias, activations, macs_convention, command
         )
+    ignored = (
+        classes is not None
+        and other_width(a.output_width, a.output_rank, classes)
+        and ignores_classes(name, shape, classes, a.output_width or 0, without_automatic(kwargs))
+    )
     note = (
-        None if classes is None else unused_classes(a.output_width, a.output_rank, classes, source)
+        None
+        if classes is None
+        else unused_classes(a.output_width, a.output_rank, classes, source, ignored)
     )
     if classes is None and source == FROM_KWARGS:
         classes = a.output_width
     elif note is not None:
         a.classes_note = note
-        classes, source = a.output_width, f"its output's width; it was given {classes}, unused"
+        unused = ", unused" if ignored else ""
+        classes, source = a.output_width, f"its output's width; it was given {classes}{unused}"
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
     a.model_notes = list(dict.fromkeys(notes))  # once each: a meta build retried for real
     return a

@@ -82,7 +82,12 @@ def from_registry(
     (export.num_classes or model.kwargs.num_classes), checked as analyze checks it: refused
     for a factory that takes none, warned of where the model's output is of another width.
     Otherwise it is the caller's own (bench's: the exported graph's width), not checked."""
-    from dlperf.analytic.counting import refuse_unused_classes, unused_classes
+    from dlperf.analytic.counting import (
+        ignores_classes,
+        other_width,
+        refuse_unused_classes,
+        unused_classes,
+    )
     from dlperf.models import create_model
     from dlperf.models.registry import check_automatic, refusing_unregistered, without_automatic
     from dlperf.models.transfer import uncompiled
@@ -132,7 +137,10 @@ def from_registry(
     unused = None
     if from_user and num_classes is not None:
         width = output.shape[-1] if output.dim() >= 2 else None
-        unused = unused_classes(width, output.dim(), num_classes, option)
+        ignored = other_width(width, output.dim(), num_classes) and ignores_classes(
+            name, shape, num_classes, width or 0, without_automatic(kwargs)
+        )
+        unused = unused_classes(width, output.dim(), num_classes, option, ignored)
     return Source(model, meta, warnings=[*kept_out, *([] if unused is None else [unused])])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from dlperf.analytic.counting import (
+    UNFED_HOOK,
     backward_hint,
     refuse_more_than_one,
     switch_mode,
@@ -592,6 +594,8 @@ def dry_backward(
                     "turn them off only within a with-block: with torch.no_grad(): ...",
                 )
             with warnings.catch_warnings(record=True) as caught:  # said below, or again
+                # recorded, never raised (python -W error): said in dlperf's words below
+                warnings.filterwarnings("always", UNFED_HOOK, UserWarning)
                 try:
                     scores.float().sum().backward()  # type: ignore[no-untyped-call]
                 except RuntimeError as e:
@@ -617,8 +621,12 @@ def dry_backward(
                 "(a quantized layer has none)",
             )
         refuse_made_in_eval(model, unused, what)
+        unfed = [w for w in caught if _unfed_hook(w)]
+        if unfed:
+            _note_unfed_hooks(model, what)
         for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            if w not in unfed:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return unused
     finally:
         for p, grad in grads:
@@ -627,6 +635,36 @@ def dry_backward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+def _unfed_hook(w: warnings.WarningMessage) -> bool:
+    return issubclass(w.category, UserWarning) and re.match(UNFED_HOOK, str(w.message)) is not None
+
+
+def _note_unfed_hooks(model: nn.Module, what: str) -> None:
+    """Say (`note`, once for model `what`) that a full backward hook of its gets grad_input
+    None: torch warned so in the dry backward (UNFED_HOOK), of a layer whose inputs need no
+    gradient, as the images of the training steps need none. True of the run, and a hook
+    computing from grad_input (a saliency map of the first layer's) finds nothing there; said
+    here once, in place of torch's UserWarning at the dry backward and at the first step."""
+    hooked = [
+        f"{name or 'the model'} ({type(m).__name__})"
+        for name, m in model.named_modules()
+        if m._backward_hooks and m._is_full_backward_hook
+    ]
+    how = (
+        f"register_full_backward_hook on {few(hooked, 3)}"
+        if hooked
+        else "register_module_full_backward_hook"  # none of its own: torch's global one
+    )
+    said = (
+        f"model {what} has a full backward hook ({how}) on a layer whose inputs need no "
+        "gradient, as the images need none: it gets grad_input None at each training step"
+    )
+    told = _told(model)
+    if said not in told:
+        told.add(said)
+        note(said, _source(model))
 
 
 def refuse_made_in_eval(model: nn.Module, unused: Sequence[str], what: str) -> None:
@@ -700,7 +738,9 @@ def _frozen_on_the_way(
             scores = model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
         if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
             return []
-        scores.float().sum().backward()  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():  # of its zero images, before a refusal: not said
+            warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
+            scores.float().sum().backward()  # type: ignore[no-untyped-call]
         return [n for n, p in frozen if p.grad is not None]
     except Grown:  # said, as from every other forward
         raise

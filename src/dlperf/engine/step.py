@@ -13,6 +13,7 @@ phase and does nothing unless the trainer hands in a real timer.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
+from dlperf.analytic.counting import UNFED_HOOK
 from dlperf.config import RunConfig, TrainConfig
 from dlperf.engine.checks import IN_INIT, Held, Kept, refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
@@ -210,7 +212,12 @@ class TrainStep:
             self.classes = check_output(self.model, output, y, self.classes)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")
-        self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():  # microseconds a step
+            # A full backward hook on the first layer gets grad_input None, the images needing
+            # no gradient: torch warned of it at the first step, naming this line; the dry
+            # backward before the run says it once, in dlperf's words (checks.dry_backward)
+            warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
+            self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         self.timer.mark("backward")
         with self.reduced():
             if self.grad_clip is not None:
