@@ -55,6 +55,24 @@ def one_line(text: str) -> str:
     return printable(text).translate(_BREAKS)
 
 
+def quoted(text: str, most: int = 80) -> str:
+    """Text the user typed (a key, a value, a name) as a one-line error quotes it: its repr,
+    or past `most` characters the repr of its start and its length, `'kkk...'... (10,000
+    characters)`. A 10,000-character --where key was echoed whole, a line of 10 KB. Never
+    for a path: a "name too long" error must name the whole path."""
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[: most - 20]!r}... ({len(text):,} characters)"
+
+
+def clipped(text: str, most: int = 80) -> str:
+    """`text` as it is typed in a line (`--where KEY=VALUE`), unquoted, cut as `quoted`
+    cuts it: its start and its length past `most` characters."""
+    if len(text) <= most:
+        return text
+    return f"{text[: most - 20]}... ({len(text):,} characters)"
+
+
 def name_text(name: str) -> str:
     """A name (a class's) as a table or message shows it: on one line (`one_line`), and quoted
     where white space at an edge (`edged`) hides what it holds, so that "a" and "a " read apart

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -132,10 +130,10 @@ def analyze(
     if as_json:
         console.print_json(result)
     elif as_csv:
-        writer = csv.DictWriter(sys.stdout, csv_columns(result), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(
-            [{k: spreadsheet_safe(v) for k, v in layer.items()} for layer in result["layers"]]
+        columns = csv_columns(result)
+        layers = result["layers"]
+        console.print_csv(
+            [columns, *([spreadsheet_safe(r.get(c, "")) for c in columns] for r in layers)]
         )
     else:
         console.print_tables(tables(result))

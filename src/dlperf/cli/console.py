@@ -3,7 +3,9 @@ progress, warnings and errors to stderr; no colour off a terminal or with NO_COL
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import json
 import os
 import shutil
@@ -86,7 +88,22 @@ def print_json(document: Any) -> None:
     a pipe's buffer, its reader slow, was cut at 64 KiB: invalid JSON, exit 143), then ends
     the command as ever. Spared, not shielded: a reader that never reads holds the write for
     good, and a second stop signal then ends it, leaving part of the document."""
-    text = json.dumps(finite_json(document), indent=2, default=str) + "\n"
+    _print_whole(json.dumps(finite_json(document), indent=2, default=str) + "\n")
+
+
+def print_csv(rows: Iterable[Sequence[Any]], lineterminator: str = "\r\n") -> None:
+    """`rows` (the first its header) as one CSV on stdout, whole or not at all as
+    `print_json`'s document is: written row by row, a stop signal while a slow reader's pipe
+    was full left a CSV cut in a row. The csv module's excel lines by default, as
+    `csv.writer(sys.stdout)` wrote them."""
+    text = io.StringIO()
+    csv.writer(text, lineterminator=lineterminator).writerows(rows)
+    _print_whole(text.getvalue())
+
+
+def _print_whole(text: str) -> None:
+    """`text` on stdout (the document's stream with --json) in a spared block: a first stop
+    signal waits for its end, a second cuts it (see `print_json`)."""
     stream = _documents or sys.stdout
     with stopping.spared():
         stream.write(text)

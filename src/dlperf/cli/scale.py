@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -282,7 +281,7 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
         return result
     if as_csv and result.study_id is not None:
         columns, rows = course_csv(result)
-        csv.writer(sys.stdout, lineterminator="\n").writerows([columns, *rows])
+        console.print_csv([columns, *rows], lineterminator="\n")
     else:
         _print_table(result)
     console.tell([], *artifacts)

@@ -115,17 +115,18 @@ def staleness(
 def _train_staleness(
     path: Path, learners: int | None, speeds: str | None, overrides: list[str], as_json: bool
 ) -> None:
+    from dlperf.converge import staleness as sim
+
+    if (learners is None) == (speeds is None):
+        raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")
+    rates = _rates(speeds) if speeds else sim.equal_speeds(learners or 0)
+    if any(not math.isfinite(r) or r <= 0 for r in rates.values()):
+        raise UserError(f"learner speeds must be positive, got {speeds}")
+    # torch's imports after the checks: a refused --learners is said at once
     from dlperf.config import load_experiment
     from dlperf.experiment import staleness as recorded
     from dlperf.experiment.staleness import TrainedRun
 
-    if (learners is None) == (speeds is None):
-        raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")
-    if learners is not None and learners < 1:
-        raise UserError(f"--learners must be ≥ 1, got {learners}")
-    rates = _rates(speeds) if speeds else {f"L{i + 1}": 1.0 for i in range(learners or 0)}
-    if any(not math.isfinite(r) or r <= 0 for r in rates.values()):
-        raise UserError(f"learner speeds must be positive, got {speeds}")
     exp = load_experiment(path, overrides)
     from dlperf.report.staleness import plot_staleness
 

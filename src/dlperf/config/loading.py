@@ -33,12 +33,14 @@ from dlperf.parsing import (
     TOO_DEEP,
     absolute_model_name,
     as_given,
+    clipped,
     depth,
     did_you_mean,
     flat_clash,
     key_fault,
     one_line,
     printable_keys,
+    quoted,
     stem_name,
 )
 
@@ -100,7 +102,7 @@ def check_keys(
             # repr: a key read from a file may hold a newline, and the error stays one line;
             # a key with a dot in its quotes, one key, not a section's (train."train.lr")
             shown = prefix + json.dumps(key) if "." in key else path
-            raise UserError(f"{where}: unknown key {shown!r}", hint)
+            raise UserError(f"{where}: unknown key {quoted(shown)}", hint)
         annotation = fields[key].annotation
         if (
             isinstance(value, dict)
@@ -135,9 +137,10 @@ def _one_quoted_key(key: str, prefix: str, where: str) -> UserError:
     write the key it was meant to be."""
     *tables, last = key.split(".")
     return UserError(
-        f"{where}: unknown key {prefix + json.dumps(key)!r}: in quotes, TOML reads it as one "
+        f"{where}: unknown key {quoted(prefix + json.dumps(key))}: in quotes, TOML reads it as one "
         "key, dots and all",
-        f"write it bare, {key} = ..., or {last} = ... under [{prefix}{'.'.join(tables)}]",
+        f"write it bare, {clipped(key)} = ..., or {clipped(last)} = ... under "
+        f"[{clipped(prefix + '.'.join(tables))}]",
     )
 
 
@@ -167,11 +170,13 @@ def parse_value(text: str) -> Any:
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
     """`--set KEY=VALUE` into `raw`."""
     if "=" not in assignment:
-        raise UserError(f"--set {assignment!r}: expected KEY=VALUE", "e.g. --set train.lr=0.01")
+        raise UserError(
+            f"--set {quoted(assignment)}: expected KEY=VALUE", "e.g. --set train.lr=0.01"
+        )
     key, _, text = assignment.partition("=")
-    parts = _key_parts(key.strip(), f"--set {assignment!r}")
+    parts = _key_parts(key.strip(), f"--set {quoted(assignment)}")
     if not all(parts):
-        raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
+        raise UserError(f"--set {quoted(assignment)}: empty key", "e.g. --set train.lr=0.01")
     _assign_parts(raw, parts, key.strip(), parse_value(text.strip()), "--set")
 
 
@@ -201,9 +206,9 @@ def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
     """Set the dotted `key` in `raw` to a typed `value` (--set's, or a sweep point's); a table
     merges into the table it replaces (e.g. model.kwargs). `where` names the setting in
     errors. A part in TOML's quotes is one key, dots and all, as in --set."""
-    parts = _key_parts(key, f"{where}: key {key!r}")
+    parts = _key_parts(key, f"{where}: key {quoted(key)}")
     if not all(parts):
-        raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
+        raise UserError(f"{where}: empty part in key {quoted(key)}", 'e.g. "train.lr"')
     _assign_parts(raw, parts, key, value, where)
 
 
@@ -212,7 +217,7 @@ def _assign_parts(raw: dict[str, Any], parts: list[str], key: str, value: Any, w
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise UserError(f"{where}: {key!r}: {part!r} is a value, not a section")
+            raise UserError(f"{where}: {quoted(key)}: {quoted(part)} is a value, not a section")
     old = node.get(parts[-1])
     if isinstance(value, dict) and isinstance(old, dict):
         node[parts[-1]] = {**old, **value}

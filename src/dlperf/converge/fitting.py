@@ -10,6 +10,7 @@ reads back.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlperf import stopping
 from dlperf.converge import curve, ensemble
 from dlperf.converge import regress as reg
 from dlperf.converge.curve import Curve, CurveFit, FitReport
@@ -208,12 +210,18 @@ def _table_file(path: Path) -> Iterator[Path]:
 def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
     """`beta_table`'s rows as a CSV file (empty cells where a value is unknown), written
     beside `path` and renamed over it once whole: a write that fails partway (a file size
-    limit, a full disk) or a stop leaves the earlier file whole, not cut off."""
+    limit, a full disk) or a stop leaves the earlier file whole, not cut off. Into a pipe
+    (/dev/stdout) the whole text is one spared write, as `console.print_json`'s: written row
+    by row, a stop signal while its reader lagged left a row cut in two."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows([{k: spreadsheet_safe(v) for k, v in row.items()} for row in rows])
     try:
-        with _table_file(path) as target, open(target, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows([{k: spreadsheet_safe(v) for k, v in row.items()} for row in rows])
+        # spared once open: a FIFO's open waits for its reader, and is no write to keep whole
+        with _table_file(path) as target, open(target, "w", newline="") as f, stopping.spared():
+            f.write(text.getvalue())
+            f.flush()
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}") from None
 

@@ -89,6 +89,21 @@ def from_speeds(speeds: dict[str, float], horizon: float) -> dict[str, list[floa
     return {name: [k / speeds[name] for k in range(1, n + 1)] for name, n in counts.items()}
 
 
+def equal_speeds(learners: int) -> dict[str, float]:
+    """`learners` equally fast learners, L1 to LN, each one gradient per unit time. Refused
+    past MAX_GRADIENTS before any is listed: each finishes a gradient at least, so more would
+    be refused later anyway, once their list was built (30,000,000 took 60 s and 2 GB)."""
+    if learners < 1:
+        raise UserError(f"--learners must be ≥ 1, got {learners}")
+    if learners > MAX_GRADIENTS:
+        raise UserError(
+            f"{_count(learners)} learners ask for at least {_count(learners)} gradients (one "
+            f"each); at most {MAX_GRADIENTS:,} are simulated",
+            "lower --learners",
+        )
+    return {f"L{i + 1}": 1.0 for i in range(learners)}
+
+
 def _count(n: int) -> str:
     """A count as an error says it: exact, in thousands, up to 15 digits; past that, short
     (`--horizon 1e308` asked for a count of 309 digits, "about 1e+308")."""

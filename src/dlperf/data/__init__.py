@@ -24,7 +24,7 @@ from dlperf.data.sources import (
     untrained_classes,
 )
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean
+from dlperf.parsing import did_you_mean, quoted
 from dlperf.progress import Reporter
 
 Loader = TensorLoader | TorchvisionLoader
@@ -36,7 +36,7 @@ def load_data(cfg: DataConfig, reporter: Reporter | None = None) -> ImageData:
     reader = DATASETS.get(cfg.name)
     if reader is None:
         hint = did_you_mean(cfg.name, DATASETS, f"choose one of {', '.join(DATASETS)}", quote=True)
-        raise UserError(f"unknown dataset '{cfg.name}'", hint)
+        raise UserError(f"unknown dataset {quoted(cfg.name)}", hint)
     # The one reader whose work is long enough to report: an image folder's files, listed and
     # decoded one by one (minutes for 10^5); the others read a few arrays.
     data = imagefolder(cfg, reporter) if reader is imagefolder else reader(cfg)

@@ -55,7 +55,7 @@ from dlperf.errors import (
     raised_by_model,
 )
 from dlperf.formatting import few
-from dlperf.parsing import did_you_mean, is_file_spec, model_file_text
+from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
 from dlperf.stopping import STOP_SIGNALS, TIMER_SIGNALS, timer_of
@@ -1764,4 +1764,4 @@ def create_model(
             _adapt_stem(model, in_channels)
         return model
     hint = did_you_mean(name, list(_REGISTRY) + tv_names, "see `dlperf models`", n=3)
-    raise UserError(f"unknown model '{name}'", hint)
+    raise UserError(f"unknown model {quoted(name)}", hint)

@@ -22,11 +22,13 @@ from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt, scaled
 from dlperf.parsing import (
+    clipped,
     did_you_mean,
     flatten,
     has_control,
     name_text,
     nameable,
+    quoted,
     same_text,
     stored_as,
 )
@@ -491,16 +493,25 @@ class Condition:
         # which selects the opposite. (`tag.x==y` is kept: the tag "=y", as `runs tag` sets it.)
         if key.endswith(("!", "<", ">")) or (not sep and any(op in text for op in "<>")):
             raise UserError(
-                f"--where {text!r}: only KEY=VALUE is supported (equal to VALUE); comparisons "
-                "(!=, <, >, <=, >=) are not",
+                f"--where {quoted(text)}: only KEY=VALUE is supported (equal to VALUE); "
+                "comparisons (!=, <, >, <=, >=) are not",
                 "e.g. --where train.lr=0.1",
             )
         if not sep or not key or not value:
             raise UserError(
-                f"--where {text!r}: expected KEY=VALUE",
+                f"--where {quoted(text)}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
             )
         return cls(key, _value(value), given, typed)
+
+    @property
+    def pair(self) -> str:
+        """`KEY=VALUE` as an error names it: a long key or value by its start (`clipped`)."""
+        return f"{clipped(self.key)}={clipped(str(self.text))}"
+
+    @property
+    def said(self) -> str:
+        return f"--where {self.pair}"
 
     def as_typed(self, runs: list[RunRecord]) -> Condition:
         """Spaces around the = are spacing, as documented, where one of `runs` holds the key
@@ -519,9 +530,10 @@ class Condition:
         alike = sorted(k for k in held if k != self.key and _unspaced(k) == _unspaced(typed))
         if alike:
             raise UserError(
-                f"--where {self.key}={self.text}: no listed run holds the key {self.key}; "
-                f"{name_text(alike[0])} differs from it only by white space",
-                f"to select by that key, write it as stored: --where '{alike[0]}={self.text}'",
+                f"{self.said}: no listed run holds the key {clipped(self.key)}; "
+                f"{clipped(name_text(alike[0]))} differs from it only by white space",
+                "to select by that key, write it as stored: "
+                f"--where '{clipped(alike[0])}={clipped(str(self.text))}'",
             )
         return self
 
@@ -549,14 +561,14 @@ class Condition:
         tag = self.key.startswith("tag.")
         if not (tag or self.key in RUN_FIELDS) or any(self.holds(run) for run in runs):
             return
-        own = f"tag {self.key[4:]}" if tag else f"own {self.key}"
+        own = f"tag {clipped(self.key[4:])}" if tag else f"own {self.key}"
         config = replace(self, key=CONFIG + self.key)
         held = [run.id for run in runs if config.holds(run)]
         if held:
             raise UserError(
-                f"--where {self.key}={self.text}: selects no listed run by its {own}, but "
-                f"run {min(held)}'s config holds {self.key}={self.text}",
-                f"to select by the config's key: --where {config.key}={self.text}",
+                f"{self.said}: selects no listed run by its {own}, but run {min(held)}'s "
+                f"config holds {self.pair}",
+                f"to select by the config's key: {config.said}",
             )
 
     def refuse_as_shown(self, runs: list[RunRecord]) -> None:
@@ -570,9 +582,9 @@ class Condition:
             value = _field(run, self.key)[1]
             if _shows_as(value, self.value):
                 raise UserError(
-                    f"--where {self.key}={self.text}: selects no listed run, but run {run.id}'s "
-                    f"{self.key} is {value!r}, which tables show as {fmt(value)}",
-                    f"--where compares the whole value: --where {self.key}={value!r}",
+                    f"{self.said}: selects no listed run, but run {run.id}'s "
+                    f"{clipped(self.key)} is {value!r}, which tables show as {fmt(value)}",
+                    f"--where compares the whole value: --where {clipped(self.key)}={value!r}",
                 )
 
     def refuse_number_as_text(self, runs: list[RunRecord]) -> None:
@@ -586,8 +598,8 @@ class Condition:
             return
         if any(_number(_field(run, self.key)[1]) for run in runs):
             raise UserError(
-                f"--where {self.key}={self.text}: {self.value!r} is not a number as --set reads "
-                f"it, and {self.key} holds numbers",
+                f"{self.said}: {quoted(self.value)} is not a number as --set reads it, and "
+                f"{clipped(self.key)} holds numbers",
                 f"write it as {float(self.value)!r}",
             )
 
@@ -710,7 +722,9 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
         if key.startswith("tag."):
             named = {t for t in tags if nameable(t[4:])}
             hint = did_you_mean(key, named, "set one with `dlperf runs tag ID KEY=VALUE`")
-            raise UserError(f"--where {key}: no listed run has tag {key[4:]!r}", hint)
+            raise UserError(
+                f"--where {clipped(key)}: no listed run has tag {quoted(key[4:])}", hint
+            )
         hint = did_you_mean(
             key,
             _near(key, offered),
@@ -718,11 +732,11 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
             "summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME",
             quote=True,
         )
-        raise UserError(f"--where: unknown key {key!r}", hint)
+        raise UserError(f"--where: unknown key {quoted(key)}", hint)
     for status in (c.value for c in conditions if c.key == "status"):
         if status not in STATUSES:  # it would select nothing, as a misspelt key would
             raise UserError(
-                f"--where: unknown status {str(status)!r}", f"statuses: {', '.join(STATUSES)}"
+                f"--where: unknown status {quoted(str(status))}", f"statuses: {', '.join(STATUSES)}"
             )
     for c in conditions:  # a kind a run holds, as written, too: `kind=123` is text there
         if c.key == "kind" and c.text not in {run.kind for run in runs}:
@@ -738,7 +752,7 @@ def _check_config_key(key: str, configs: set[str]) -> None:
     hint = did_you_mean(
         key, _near(key, offered), "config.KEY reads a config key: config.train.lr", quote=True
     )
-    raise UserError(f"--where: unknown key {key!r}", hint)
+    raise UserError(f"--where: unknown key {quoted(key)}", hint)
 
 
 def _check_kind(kind: object, runs: list[RunRecord], said: str = "") -> None:
@@ -746,7 +760,7 @@ def _check_kind(kind: object, runs: list[RunRecord], said: str = "") -> None:
     run can have is: it would select nothing, without a word."""
     known = [*KINDS, *sorted({run.kind for run in runs} - set(KINDS))]
     if kind not in known:
-        raise UserError(f"{said}unknown kind {str(kind)!r}", f"kinds: {', '.join(known)}")
+        raise UserError(f"{said}unknown kind {quoted(str(kind))}", f"kinds: {', '.join(known)}")
 
 
 def _near(key: str, known: set[str]) -> list[str]:
