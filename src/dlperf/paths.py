@@ -15,6 +15,10 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # matplotlib is imported by what draws, not by every command's paths
+    from matplotlib.figure import Figure
 
 
 def not_regular(path: str | os.PathLike[str]) -> str | None:
@@ -174,13 +178,25 @@ def unnamed_cwd() -> tuple[str, str] | None:
     return None
 
 
-def check_writable(path: Path, make_parents: bool = False) -> Path:
+def check_writable(path: Path, make_parents: bool = False, streams: bool = False) -> Path:
     """Make sure `path` can be written, so an unusable output fails at once (main() prints
     the OSError in one line) rather than after minutes of work. Leaves no empty file behind.
     A missing directory is refused (a typo in it would otherwise create a tree at the root)
-    unless `make_parents`, for dlperf's own directories."""
+    unless `make_parents`, for dlperf's own directories. A FIFO, a device or a socket is
+    refused in one line, as an input path is: stat'ed, never opened, since opening a FIFO to
+    test it waited for a reader, for ever without one, and a file renamed into place would
+    replace it. With `streams`, for an output written straight through (a pipe as
+    /dev/stdout), one is let through, not opened either. A directory is left to the open's
+    own "Is a directory"."""
+    from dlperf.errors import UserError
+
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
+    kind = not_regular(path)
+    if kind not in (None, "a directory"):
+        if streams:
+            return path
+        raise UserError(f"{path} is not a regular file ({kind})", "give the path of a regular file")
     existed = path.exists()
     with open(path, "ab"):
         pass
@@ -352,6 +368,23 @@ def _named_as(e: OSError, tmp: Path, path: Path) -> None:
         e.filename = os.fspath(path)
         if e.filename2 is not None and os.fspath(e.filename2) == os.fspath(path):
             e.filename2 = None  # os.replace(tmp, path): not "path -> path"
+
+
+def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
+    """Save `fig` to `path` (returned) in the format its suffix names (.png, .svg, .pdf, ...;
+    without one, matplotlib's default, PNG). Drawn into memory first, then written by rename
+    (`replaced`): matplotlib writing onto `path` itself left 0 or 124 bytes of a figure over
+    the earlier one when a stop signal came during the save. Every figure dlperf writes to a
+    file goes through here. Through a link to a file, the file is replaced and the link
+    stays, as a save through the link wrote the file."""
+    import io
+
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format=path.suffix[1:].lower() or None, dpi=dpi)
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else path
+    with replaced(target) as tmp, open(tmp, "wb") as f:
+        f.write(drawn.getbuffer())
+    return path
 
 
 def atomic_write(path: Path, data: bytes | str, fsync: bool = False) -> None:

@@ -18,7 +18,8 @@ from dlperf.report import curves
 
 
 @pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+def drawn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Figure]:
+    monkeypatch.chdir(tmp_path)  # the tests' relative names: each gets an empty file
     saved: list[Figure] = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
     return saved

@@ -13,8 +13,9 @@ from dlperf.report import data
 
 
 @pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
-    """The figures saved, none written."""
+def drawn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Figure]:
+    """The figures saved, none rendered (each file written empty, in tmp_path)."""
+    monkeypatch.chdir(tmp_path)
     saved: list[Figure] = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
     return saved

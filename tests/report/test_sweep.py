@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
 
 from dlperf.report import sweep
 from dlperf.report.sweep import (
@@ -28,7 +27,7 @@ from dlperf.store import RunStore
 def saved(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The paths figures are saved to (no PNG rendered)."""
     paths: list[Path] = []
-    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: paths.append(Path(path)))
+    monkeypatch.setattr(sweep, "save_figure", lambda fig, path, **kw: paths.append(Path(path)))
     return paths
 
 

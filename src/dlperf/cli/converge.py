@@ -104,7 +104,7 @@ def fit(
                 f"--to-csv {to_csv} is the --csv file {csv}: the β table would replace the curve",
                 "give --to-csv another file",
             )
-        check_writable(to_csv, make_parents=False)
+        check_writable(to_csv, make_parents=False, streams=True)  # /dev/stdout written through
     with console.reporter() as rep:
         done = fitting.fit(run_ids or [], csv, opts, reader, rep)
     if plot is not None:

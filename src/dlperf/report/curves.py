@@ -15,7 +15,7 @@ from matplotlib.ticker import MaxNLocator
 
 from dlperf.converge.curve import model, to_decreasing
 from dlperf.errors import UserError
-from dlperf.paths import check_writable
+from dlperf.paths import check_writable, save_figure
 from dlperf.report import tight_layout
 
 if TYPE_CHECKING:
@@ -56,8 +56,10 @@ def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
     # the legend took over a second (a busy machine); the points it weighs are bounded
     ax.legend(fontsize=7, loc="best")
     tight_layout(fig)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:  # closed on a stop too: pyplot keeps every figure it made until then
+        plt.close(fig)
 
 
 def _measured(ax: Any, color: str, label: str, k: np.ndarray, values: np.ndarray, n: int) -> None:

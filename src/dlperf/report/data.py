@@ -11,6 +11,7 @@ from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 from dlperf.formatting import clip
 from dlperf.parsing import name_text
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 
 MOST_BARS = 100  # classes a bar chart can show one bar each
@@ -44,8 +45,7 @@ def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) ->
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     tight_layout(fig)
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_samples(
@@ -87,8 +87,7 @@ def plot_samples(
         title = f"{title}\n{shown_channels(channels)}"
     fig.suptitle(title, fontsize=9)
     tight_layout(fig)
-    fig.savefig(path, dpi=100)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def shown_channels(channels: int) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 
 if TYPE_CHECKING:
@@ -45,8 +46,7 @@ def distill_figure(result: DistillResult) -> Path | None:
     path = Path(result.directory) / figure_name(result)
     study = (result.study_id, result.name)
     fig = draw_distill(study, result.teacher, result.baseline, result.students)
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path)
 
 
 def draw_distill(

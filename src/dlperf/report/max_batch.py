@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: figures that need no global state
 
 from dlperf.distributed.contracts import PointRow
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 from dlperf.report.scaling import SPREAD_LABEL, shared_host, step_range
 from dlperf.store import RunStore
@@ -100,6 +101,6 @@ def save_max_batch_figures(
     saved: list[tuple[int, str, Path]] = []
     for kind, fig in max_batch_figures([r.to_dict() for r in rows], title, stop):
         path = (directory / f"{kind.split('/')[1]}.png").resolve()
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
         saved.append((run_id, kind, path))
     return saved

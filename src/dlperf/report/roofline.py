@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 from dlperf.analytic.tables import si
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 
 MS = 1e3
@@ -146,5 +147,4 @@ def draw_roofline(prediction: dict[str, Any]) -> Figure:
 
 def plot_roofline(path: Path, prediction: dict[str, Any]) -> Path:
     """draw_roofline's figure, saved to `path` (its suffix picks the format)."""
-    draw_roofline(prediction).savefig(path, dpi=120)
-    return path
+    return save_figure(draw_roofline(prediction), path)

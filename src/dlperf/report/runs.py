@@ -23,6 +23,7 @@ from sqlalchemy import func, select
 
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten, one_line, stored_as
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
@@ -71,6 +72,19 @@ def check_out(path: Path) -> None:
         raise UserError(
             f"--out {path}: unknown figure format {path.suffix or '(no suffix)'!r}",
             "end the name in .png, .svg or .pdf",
+        )
+
+
+def once(run_ids: list[int]) -> None:
+    """Refuse a run given more than once, in one line, as `runs compare 1 1` refuses it:
+    `runs plot 1 1 1` drew run 1 once, no word, into runs-1-1-1.png (a typo for 1 2 3?)."""
+    repeated = next((i for i in run_ids if run_ids.count(i) > 1), None)
+    if repeated is not None:
+        count = run_ids.count(repeated)
+        times = "twice" if count == 2 else f"{count} times"
+        raise UserError(
+            f"runs plot draws each run once, got run {repeated} {times}",
+            "give each run ID once, e.g. dlperf runs plot 1 2",
         )
 
 
@@ -270,7 +284,7 @@ def plot_runs(store: RunStore, run_ids: list[int], keys: list[str], x: str, path
     """Overlay `keys` (default: training loss, val/acc1, learning rate) of the runs and save
     the figure to `path` (PNG, SVG or PDF by its suffix)."""
     fig, plot = draw_runs(store, run_ids, keys, x)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plot.path = path
     return plot
 
@@ -281,7 +295,8 @@ def draw_runs(
     """The figure `plot_runs` saves, not yet saved (its RunsPlot's path is empty). `fitted`:
     margins fitted to the labels (tight_layout, which draws the figure once more), else fixed
     margins that fit dlperf's own labels (the report draws hundreds of these)."""
-    runs = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]  # unknown: error
+    once(run_ids)
+    runs = [store.get_run(run_id) for run_id in run_ids]  # unknown: error
     stored_by_run = {r.id: set(store.metric_keys(r.id)) for r in runs}
     stored = set().union(*stored_by_run.values())
     stored |= {error for error, accuracy in ERRORS.items() if accuracy in stored}

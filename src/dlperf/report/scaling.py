@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from dlperf.distributed.contracts import PointRow
 from dlperf.distributed.scaling import series_name
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 
@@ -286,7 +287,7 @@ def plot_study(
     saved = []
     for kind, fig in figures:
         path = directory / f"{kind.split('/')[1]}.png"
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
         saved.append((kind, path))
     return saved
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 
 Curves = Mapping[str, Sequence[float | None]]  # validation accuracy per epoch, by mode
@@ -37,4 +38,4 @@ def draw_staleness(curves: Curves, histogram: Mapping[str, int]) -> Figure:
 def plot_staleness(path: Path, curves: Curves, histogram: Mapping[str, int]) -> None:
     """draw_staleness's figure, saved to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    draw_staleness(curves, histogram).savefig(path, dpi=120)
+    save_figure(draw_staleness(curves, histogram), path)

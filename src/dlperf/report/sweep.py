@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
+from dlperf.paths import save_figure
 from dlperf.report import tight_layout
 from dlperf.sweep.summary import mean_curves
 
@@ -134,7 +135,7 @@ def plot_sweep(
     figures = draw_sweep(curves, groups, axes, target)
     paths = [directory / f"{name}.png" for name in figures]
     for path, fig in zip(paths, figures.values(), strict=True):
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
     return paths
 
 
