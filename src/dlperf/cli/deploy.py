@@ -79,6 +79,9 @@ def export_cmd(
 
     Example: dlperf export resnet20 --input 3,32,32 --out resnet20.onnx --dynamic-batch
     """
+    from dlperf.deploy import check_out
+
+    check_out(out)  # before torch is imported and the model loaded (seconds)
     from dlperf.config import ExportJob, load_job
     from dlperf.config.experiment import refused_model_keys
     from dlperf.deploy.export import export, resolve

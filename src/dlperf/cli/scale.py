@@ -70,11 +70,12 @@ Found = TypeVar("Found")
 def _emit(kind: str, out: Path | None, text: str) -> None:
     """Print the job file `text` of `kind`, or write it to `out`."""
     from dlperf.distributed.cloudjobs import described
+    from dlperf.paths import atomic_write  # a stop leaves the earlier file whole, not cut
 
     if out is None:  # soft_wrap: a line wrapped at the console's width splits a command
         console.out.print(text, end="", soft_wrap=True)
         return
-    out.write_text(text)
+    atomic_write(out, text)
     console.err.print(f"wrote {out}")
     if line := described(kind, text):  # what the platforms share, as this one says it
         console.err.print(line)

@@ -31,9 +31,8 @@ from torch import nn
 from torch.jit._trace import TracerWarning
 
 from dlperf import stopping
-from dlperf.config.base import check_utf8_name
+from dlperf.deploy import check_out, runtime
 from dlperf.deploy import meta as meta_io
-from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.deploy.runtime import exported_batch, run_onnx
 from dlperf.engine.checks import (
@@ -47,7 +46,7 @@ from dlperf.engine.checks import (
 from dlperf.errors import CheckFailed, UserError, error_text, interrupted, raised_by_model
 from dlperf.formatting import few
 from dlperf.parsing import absolute_model_name, is_file_spec, one_line
-from dlperf.paths import check_writable, writing
+from dlperf.paths import writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.system import usable_cores
@@ -923,8 +922,7 @@ def export(
     import onnx
 
     reporter = reporter or NullReporter()
-    check_utf8_name("--out", out)  # both exporters write its name into the model, as UTF-8
-    check_writable(out)
+    check_out(out)
     warning = unfinished(source.meta)
     if warning is not None:  # said first: the export takes a while
         reporter.log(one_line(f"warning: {warning}"))

@@ -29,6 +29,7 @@ import yaml
 from dlperf.distributed.cloudjobs import CLOUD, INSTANCE_TYPE, PORT, RENDER, CloudJob
 from dlperf.errors import UserError
 from dlperf.parsing import refuse_given
+from dlperf.paths import check_writable
 
 if TYPE_CHECKING:
     from dlperf.config import ScaleConfig, ScaleJob
@@ -211,7 +212,8 @@ def check_job_options(
     instance_type, output_uri and role of job_file) that would do nothing: any of them
     without --emit `kind` (the study then runs here, and no file is written), and those that
     `kind` of job has no place for (JOB_OPTIONS: --role but in SageMaker's, --image in a Slurm
-    script). An unknown `kind` too, before its options."""
+    script). An unknown `kind` too, before its options; then an --out that cannot be written
+    (paths.check_writable: a FIFO, a missing folder), before the study file is read."""
     options: dict[str, object] = {"--out": out, "--image": image, "--gpus-per-node": gpus_per_node}
     options |= {"--" + key.replace("_", "-"): value for key, value in cloud.items()}
     if kind is None:
@@ -233,6 +235,8 @@ def check_job_options(
     elif takers:  # the hint says which kinds take each
         where = "; ".join(f"{flag}: {_taken_by(flag)}" for flag in dropped)
         refuse_given(dropped, f"other --emit kinds than {kind}", where)
+    if out is not None:  # a FIFO waited for a reader for ever; a typo'd folder, after the study
+        check_writable(out)
 
 
 def job_argv(argv: list[str]) -> list[str]:

@@ -986,8 +986,9 @@ def tags_text(tags: dict[str, str]) -> str | None:
 
 
 def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
-    """Compare two or more runs, given by ID or as every run of a study."""
-    ids = list(dict.fromkeys(run_ids))  # `3 3` (or 3 03 +3) is one run, as plot counts it
+    """Compare two or more runs, given by ID (each once: a repeat is refused, as `runs plot`
+    refuses it) or as every run of a study."""
+    ids = list(dict.fromkeys(run_ids))  # 3, 03 and +3 are one run
     if study is not None:
         if ids:
             raise UserError("give run IDs or --study, not both")
@@ -999,11 +1000,14 @@ def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = No
                 f"study {study} holds {held}: compare needs two or more",
                 "compare its run with another: dlperf runs compare ID ID",
             )
-    if len(ids) < 2 and len(run_ids) > len(ids):
-        times = "twice" if len(run_ids) == 2 else f"{len(run_ids)} times"
+    if len(run_ids) > len(ids):  # `1 1 2` showed runs 1 and 2, no word (a typo for 1 3?)
+        repeated = next(i for i in ids if list(run_ids).count(i) > 1)
+        count = list(run_ids).count(repeated)
+        times = "twice" if count == 2 else f"{count} times"
+        needs = "compare needs two or more different runs" if len(ids) < 2 else None
         raise UserError(
-            f"compare needs two or more different runs, got run {ids[0]} {times}",
-            "e.g. dlperf runs compare 1 2",
+            f"{needs or 'runs compare shows each run once'}, got run {repeated} {times}",
+            "give each run ID once, e.g. dlperf runs compare 1 2",
         )
     if len(ids) < 2:
         raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
