@@ -175,14 +175,20 @@ def unprintable_key(key: str, what: str) -> str | None:
     (`has_control`), naming the first: "... holds U+200B, a format character". Stored, such a
     key was shown escaped and no --where, --key or plot could name it again (the hint shown
     was the text typed). None when the key holds none."""
-    if not has_control(key):
+    held = unprintable(key)
+    if held is None:
         return None
-    char = next(c for c in key if _other(c))
+    return f"{what} holds {held}: keys are printable text, shown on one line and named as typed"
+
+
+def unprintable(text: str) -> str | None:
+    """The first character of category C (`has_control`) that `text` holds, by its code and
+    kind: "U+200B, a format character"; None when it holds none."""
+    if not has_control(text):
+        return None
+    char = next(c for c in text if _other(c))
     kind = _KINDS.get(unicodedata.category(char), "non-printing")
-    return (
-        f"{what} holds U+{ord(char):04X}, a {kind} character: keys are printable text, "
-        "shown on one line and named as typed"
-    )
+    return f"U+{ord(char):04X}, a {kind} character"
 
 
 def nameable(key: str) -> bool:

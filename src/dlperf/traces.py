@@ -256,7 +256,15 @@ def _text(path: Path) -> str:
                 "reads",
                 "open it in ui.perfetto.dev, or profile fewer steps: run.profile.active",
             )
-        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+        if not raw.strip(b" \t\r\n"):  # JSON's own error read "Expecting value: line 1 ..."
+            held = "holds nothing but white space" if raw else "is empty"
+            held = "decompresses to nothing" if zipped and not raw else held
+            raise UserError(f"cannot read the trace {path}: it {held} {NOT_A_TRACE}")
+        try:
+            return raw.decode(json.detect_encoding(raw), "surrogatepass")
+        except UnicodeDecodeError:  # a codec's error named a byte, not what the file is
+            what = "is gzip, but not of JSON text" if zipped else "is neither JSON text nor gzip"
+            raise UserError(f"cannot read the trace {path}: it {what} {NOT_A_TRACE}") from None
     except (OSError, EOFError, zlib.error, ValueError) as err:
         raise UserError(f"cannot read the trace {path}: {err}") from None
 
@@ -391,7 +399,10 @@ def _elements(text: str) -> Iterator[dict[str, Any]]:
         if not found:
             raise ValueError(f"it has no traceEvents array {NOT_A_TRACE}")
     else:  # a number, a string, null, true or false: JSON, and no trace
-        _value(text, pos)  # JSON's own error for what is not JSON at all
+        try:
+            _value(text, pos)
+        except ValueError:  # JSON's own error, "Expecting value: line 1 column 1 (char 0)"
+            raise ValueError(f"it is not JSON {NOT_A_TRACE}") from None
         raise ValueError(f"it has no traceEvents array {NOT_A_TRACE}")
     if _space(text, pos) != len(text):
         raise ValueError(f"extra data after the trace at character {pos}")

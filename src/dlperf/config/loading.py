@@ -459,9 +459,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"{p}: no such experiment file", "give the path of a TOML file")
     if (size := p.stat().st_size) > FILE_MAX_BYTES:
+        shown, cap = f"{size / 2**20:.1f} MiB", f"{FILE_MAX_BYTES >> 20} MiB"
+        if shown == f"{FILE_MAX_BYTES / 2**20:.1f} MiB":  # a byte over read "1.0 MiB ... 1 MiB"
+            shown, cap = f"{size:,} bytes", f"{FILE_MAX_BYTES:,} bytes ({cap})"
         raise UserError(
-            f"{p} is {size / 2**20:.1f} MiB; an experiment or sweep file holds at most "
-            f"{FILE_MAX_BYTES >> 20} MiB (a config, not data)",
+            f"{p} is {shown}; an experiment or sweep file holds at most {cap} (a config, not data)",
             "give data through data.name and a file or folder it reads",
         )
     try:

@@ -5,6 +5,7 @@ tags `runs tag` sets, and which runs may be deleted (and stopping those still ru
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import math
 import os
@@ -15,12 +16,14 @@ import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
-from dlperf.formatting import fmt, scaled
+from dlperf.formatting import FIXED_MAX, fmt, scaled
 from dlperf.parsing import (
     clipped,
     did_you_mean,
@@ -31,6 +34,7 @@ from dlperf.parsing import (
     quoted,
     same_text,
     stored_as,
+    unprintable,
 )
 from dlperf.procs import process_alive
 from dlperf.procs import stopped as is_stopped
@@ -837,7 +841,8 @@ def _number(value: Any) -> bool:
 def delta(values: Sequence[Any]) -> str | None:
     """How the other runs differ from the first: for two runs the difference and its share
     of the first ('+0.012 (+1.3%)'); for more, each one's change in % of the first, in
-    column order ('+3% -5%'), or the differences when the first is 0. None when not numeric."""
+    column order ('+3% -5%'), or the differences when the first is 0. None when not numeric.
+    Two finite values give a finite change, past a float's range too (`_difference`)."""
     first, others = values[0], values[1:]
     if not _number(first) or not any(_number(v) for v in others):
         return None
@@ -845,17 +850,73 @@ def delta(values: Sequence[Any]) -> str | None:
     def signed(v: Any) -> str:
         if not _number(v):
             return "-"
-        d = v - first
-        return f"+{fmt(d)}" if d >= 0 else fmt(d)
+        d = _difference(v, first)
+        text = _short(d) if isinstance(d, Fraction) else fmt(d)
+        return f"+{text}" if d >= 0 else text
 
     def percent(v: Any) -> str:
-        return f"{(v - first) / abs(first):+.1%}" if _number(v) else "-"
+        return _percent_text(_share(_difference(v, first), first)) if _number(v) else "-"
 
     if all(v == first for v in others):
         return "0"
     if len(others) == 1:
         return signed(others[0]) + (f" ({percent(others[0])})" if first else "")
     return " ".join(percent(v) if first else signed(v) for v in others)
+
+
+def _finite(value: float | int) -> bool:
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _difference(v: float | int, first: float | int) -> float | int | Fraction:
+    """`v - first`, exact (a Fraction) where a float cannot hold it: two finite values near
+    ±1e308 differ by more than a float holds (0.1 and -1.7e308 against 1.7e308 read `+inf`),
+    and an int past float range beside a float raised OverflowError. An infinity logged is
+    an infinite change, as it was."""
+    try:
+        d = v - first
+    except OverflowError:
+        return Fraction(v) - Fraction(first)
+    if isinstance(d, float) and math.isinf(d) and _finite(v) and _finite(first):
+        return Fraction(v) - Fraction(first)
+    return d
+
+
+def _share(d: float | int | Fraction, first: float | int) -> float | Fraction:
+    """`d` in % of the first value, exact where the float overflows (a change of 1e308 from
+    0.1, or of 1 from 5e-324, read `+inf%`)."""
+    if not isinstance(d, Fraction):
+        try:
+            share = d / abs(first) * 100
+        except OverflowError:  # an int past float range
+            share = math.inf
+        if math.isfinite(share) or not _finite(d):
+            return share
+    return Fraction(d) * 100 / abs(Fraction(first))
+
+
+def _percent_text(share: float | Fraction) -> str:
+    """A change in %, to one decimal (+12.5%); from FIXED_MAX % up to 4 significant digits
+    (+1e+311%), as `fmt` shows a float that large: not every digit of its binary value, nor
+    an infinity for a finite change."""
+    if isinstance(share, Fraction) and abs(share) < FIXED_MAX:
+        share = float(share)  # -1.7e308 to 1.7e308: exact, and +200.0% as any other
+    if isinstance(share, float) and not (abs(share) >= FIXED_MAX):  # nan and inf as they are
+        return f"{share:+.1f}%"
+    text = _short(share) if isinstance(share, Fraction) else fmt(share)
+    return f"+{text}%" if share >= 0 else f"{text}%"
+
+
+def _short(value: Fraction, digits: int = 4) -> str:
+    """An exact number as `fmt` shows a float of its size, `digits` significant digits
+    (3.4e+308), past the range of a float too: Decimal's exponent is not bounded there."""
+    if abs(value) < FIXED_MAX:
+        return fmt(float(value))
+    with decimal.localcontext() as context:
+        context.prec = digits
+        context.Emax, context.Emin = decimal.MAX_EMAX, decimal.MIN_EMIN
+        shown = (Decimal(value.numerator) / Decimal(value.denominator)).normalize()
+    return f"{shown:.{digits}g}"
 
 
 @dataclass
@@ -1071,11 +1132,10 @@ def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
                     LOCALE_FIX,
                 )
         if has_control(value) or undecodable:
-            raise UserError(
-                f"runs tag {pair!r}: a tag value holds a control character or a byte that is "
-                "not UTF-8",
-                "give printable text",
-            )
+            # Named: U+200B, a format character, was called "a control character or a byte
+            # that is not UTF-8".
+            held = "a byte that is not UTF-8" if undecodable else unprintable(value)
+            raise UserError(f"runs tag {pair!r}: the value holds {held}", "give printable text")
         if key in tags:
             raise UserError(f"runs tag: {key} is given twice")
         tags[key] = value.strip() or None
