@@ -537,8 +537,14 @@ CASES = [
     case("converge plan --cluster latin1.csv --gpus 4", "error: latin1.csv: not UTF-8 text"),
     case("devices", "error: latin1.csv: not UTF-8 text", env="DLPERF_DEVICES=latin1.csv"),
     case("runs list --limit 99999999999999999999", "error: --limit must be at most"),
-    case("runs tag 1 a=x\x1b[31m", "error: runs tag 'a=x\\x1b[31m': a tag value holds a control"),
-    case("runs tag 1 a=\udcff", "error: runs tag 'a=\\udcff': a tag value holds a control"),
+    case(
+        "runs tag 1 a=x\x1b[31m",
+        "error: runs tag 'a=x\\x1b[31m': the value holds U+001B, a control",
+    ),
+    case(
+        "runs tag 1 a=\udcff",
+        "error: runs tag 'a=\\udcff': the value holds a byte that is not UTF-8",
+    ),
     case("analyze smallcnn --input 3,99999999,99999999", "is more than a tensor can hold"),
     case(
         "data describe imagefolder --set data.root=imgs --set data.image_size=8",
