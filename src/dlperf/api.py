@@ -331,13 +331,18 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
     UserError for either: float() would take "1.5" and raise ValueError or TypeError for the
     rest, and OverflowError for a whole number too big for a float (10**400)."""
     name = _key_name(key)
+    given = value
+    value = _numpy_number(value)
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
     # Nor a complex number: float() refuses Python's, but takes NumPy's (a scalar or an
     # array) as its real part, with a ComplexWarning, dropping the imaginary part.
-    complex_dtype = getattr(getattr(value, "dtype", None), "kind", None) == "c"
-    if not (isinstance(value, _TEXT) or boolean or complex_dtype):
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    complex_dtype = kind == "c"
+    # Nor NumPy's text or dates: float() read np.array("1.5") as 1.5, refused as "1.5" is.
+    text_or_time = kind in ("U", "S", "M", "m")
+    if not (isinstance(value, _TEXT) or boolean or complex_dtype or text_or_time):
         if getattr(value, "requires_grad", False):
             # float() of a tensor that requires grad warns (torch's UserWarning, from this
             # line); told without importing torch, which every logged value passes through
@@ -349,11 +354,24 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
         except OverflowError:
             raise UserError(
                 f"metric {name} is a number a float can hold (up to {sys.float_info.max:.4g}), "
-                f"got {as_given(value, typed=True)}"
+                f"got {as_given(given, typed=True)}"
             ) from None
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
-    raise UserError(f"metric {name} is a number, got {as_given(value, typed=True)}")
+    raise UserError(f"metric {name} is a number, got {as_given(given, typed=True)}")
+
+
+def _numpy_number(value: Any) -> Any:
+    """A NumPy array of one element (any shape: [1.5], [[1.5]]), as the Python value it holds,
+    as float() reads a one-element tensor: NumPy 2 refused float() of one that is not 0-d, so
+    `log` kept `torch.tensor([1.5])` and refused `np.array([1.5])`. The value it holds is then
+    checked as any other (a complex, a bool, text or a date refused); any other value as it is.
+    """
+    kind = getattr(getattr(value, "dtype", None), "kind", None)  # NumPy's; torch's has none
+    item = getattr(value, "item", None)
+    if kind in ("i", "u", "f") and getattr(value, "size", None) == 1 and callable(item):
+        return item()
+    return value
 
 
 def _step(step: Any) -> int:

@@ -54,7 +54,13 @@ class _Stderr(Console):
 
 # No markup: what is printed is data (a run's name, a path), never rich's [style] tags.
 out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
-err = _Stderr(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
+# soft_wrap: what goes to stderr is lines (a warning, a note, a progress line, a path), each
+# one line at any width; rich broke them at the width (160 in a log, COLUMNS, a terminal's),
+# so `grep warning:` got half of the library's warnings (RichReporter.log). A terminal folds a
+# long line itself, and the live bar is a table that keeps to the width as before.
+err = _Stderr(
+    stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr), soft_wrap=True
+)
 err_line = functools.partial(err.print, soft_wrap=True)  # one line at any terminal width
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 # The narrowest a table's blocks are laid out: under it (COLUMNS=1) rich gave each value no
@@ -253,7 +259,9 @@ class RichReporter:
             self._last = time.monotonic()
 
     def log(self, message: str) -> None:
-        (self._progress.console if self._progress is not None else err).print(message)
+        """One line at any width (a warning, a note), above the live bar where there is one."""
+        sink = self._progress.console if self._progress is not None else err
+        sink.print(message, soft_wrap=True)
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -103,9 +104,8 @@ def describe(
         console.err_line(f"warning: {warning}")  # one line, however long
     if console.printed_json(as_json, result):
         return
-    shape = "x".join(map(str, result["image_shape"]))
     console.print_table(
-        f"{result['name']}: {len(result['classes'])} classes, images {shape}",
+        _title(result),
         ["", "value"],
         [
             *([f"{split} images", n] for split, n in result["splits"].items()),
@@ -116,6 +116,19 @@ def describe(
     )
     console.print_table("training images per class", ["class", "images"], _shown(result["counts"]))
     console.tell([], plots["counts"], plots["samples"])
+
+
+def _title(summary: dict[str, Any]) -> str:
+    """The title of `data describe`'s table, of a `Description.summary()`."""
+    shape = "x".join(map(str, summary["image_shape"]))
+    classes = _counted(len(summary["classes"]), "class", "classes")
+    return f"{summary['name']}: {classes}, images {shape}"
+
+
+def _counted(n: int, noun: str, nouns: str | None = None) -> str:
+    """`n` of `noun`, its plural (`nouns`, else noun + s) unless n is 1: a one-class folder's
+    summary said "1 classes", its sample "wrote 1 images"."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
 SHOWN_CLASSES = 200  # rows of the per-class table; --json lists every class
@@ -131,7 +144,9 @@ def _shown(counts: dict[str, int]) -> list[list[object]]:
         return [[name, n] for name, n in pairs]
     half = SHOWN_CLASSES // 2
     ranked = sorted(pairs, key=lambda kv: -kv[1])
-    more = f"... {len(ranked) - SHOWN_CLASSES:,} more classes (all in --json)"
+    more = (
+        f"... {_counted(len(ranked) - SHOWN_CLASSES, 'more class', 'more classes')} (all in --json)"
+    )
     return [[name, n] for name, n in [*ranked[:half], (more, None), *ranked[-half:]]]
 
 
@@ -168,8 +183,8 @@ def samples(
     if console.printed_json(as_json, done):
         return
     console.print_table(
-        f"{done['dataset']}: {len(done['files'])} {done['split']} images",
+        f"{done['dataset']}: {_counted(len(done['files']), done['split'] + ' image')}",
         ["file", "class", "index"],
         [[f["path"], name_text(f["class"]), f["index"]] for f in done["files"]],
     )
-    console.err.print(f"wrote {len(done['files'])} images to {out}")
+    console.err.print(f"wrote {_counted(len(done['files']), 'image')} to {out}")

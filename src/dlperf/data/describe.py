@@ -60,7 +60,7 @@ class Description:
                 f"{self.stats_images:,} of the {train:,} training images, spread over the "
                 "split (a sample: the set is streamed from its files)"
             )
-        return f"all {train:,} training images"
+        return f"all {train:,} training images" if train != 1 else "the 1 training image"
 
     def summary(self) -> dict[str, Any]:
         """Everything but the images, as JSON takes it."""
