@@ -71,7 +71,13 @@ from dlperf.store.ids import STORE_ID_FORM
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
-from dlperf.store.runstore import SQLITE_FULL, SQLITE_IOERR, garbled_metrics, size_limited
+from dlperf.store.runstore import (
+    SQLITE_FULL,
+    SQLITE_IOERR,
+    dispose,
+    garbled_metrics,
+    size_limited,
+)
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -483,7 +489,7 @@ def _server_tables(uri: str) -> tuple[set[str], set[str]] | None:
     except SQLAlchemyError:
         return None
     finally:
-        engine.dispose()
+        dispose(engine)  # shielded: a stop cutting the close printed SQLAlchemy's traceback
 
 
 @contextlib.contextmanager
@@ -1202,6 +1208,11 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
             for run in runs:
                 if run.id not in gone:
                     _swap_in(staging / event_dir_name(run), out / event_dir_name(run))
+            # The export is in place: a stop that waited for the swap, or lands from here on,
+            # does not unsay it (the command exits 0 with its table, as `run` once its run is
+            # stored). Settled inside the block: raised as it ended, the stop exited 143 with
+            # nothing printed, every run's events in place.
+            stopping.settle()
             shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
         # As a failed report leaves no site: no event file of this export is left (a partial

@@ -66,7 +66,9 @@ def runs_export(
     else:
         result = exporters.export_tensorboard(store, run_ids, Path(out))
     # The export is in place: a stop signal from here on does not unsay it, as `run`'s once
-    # its run is stored. It exited 130 after "exported to ...", the table cut off.
+    # its run is stored. It exited 130 after "exported to ...", the table cut off. (The
+    # TensorBoard export settles already as its runs are moved into place: a stop that waited
+    # for the move counts no more than one that comes now.)
     stopping.settle()
     console.tell(result["warnings"])
     console.gone(result.pop("gone", []), "runs export")  # said here, as by report and doctor

@@ -1209,14 +1209,50 @@ def _close_open() -> None:
 def _close(engine: Engine) -> None:
     path = integrity.store_file(engine)
     if path is None or not path.is_file():  # deleted (or a repair's, removed): not again
-        engine.dispose()
+        dispose(engine)
         return
     # The file gone or unwritable: nothing to keep.
     with contextlib.suppress(Exception), engine.connect() as conn:
         # No wait: a writer of another process keeps the WAL, and checkpoints it.
         conn.exec_driver_sql("PRAGMA busy_timeout=0")
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    engine.dispose()
+    dispose(engine)
+
+
+def dispose(engine: Engine, close: bool = True) -> None:
+    """`engine.dispose(close)` in a shielded block (dlperf.stopping): a stop signal that lands
+    as the pooled connections are closed (the last SQLite one checkpoints the WAL: a wide
+    window after a large write) waits for the close and is raised once it is done. Raised
+    inside the close, SQLAlchemy's pool caught it, logged "Exception closing connection" with
+    its traceback to stderr, then raised it again, the other connections left open."""
+    with stopping.shielded():
+        engine.dispose(close=close)
+
+
+def _not_a_stop(record: logging.LogRecord) -> bool:
+    """A pool's record of an error it raises again, where the error is a stop signal's
+    interrupt ("Exception during reset or similar" as a connection is checked in): not
+    printed, the interrupt stops the command as anywhere else. SQLAlchemy's pool logs such an
+    error with its traceback, and with no handler configured logging's last resort printed it
+    to stderr after the stop (docs/faults.md: never a traceback)."""
+    return record.exc_info is None or not isinstance(record.exc_info[1], KeyboardInterrupt)
+
+
+def _quiet_pool_stops() -> None:
+    """`_not_a_stop` on every pool class's logger (a pool logs through its class's, by name:
+    MLflow's engines' pools too)."""
+    from sqlalchemy.pool import Pool
+
+    classes: list[type[Pool]] = [Pool]
+    while classes:
+        cls = classes.pop()
+        classes += cls.__subclasses__()
+        logger = logging.getLogger(f"{cls.__module__}.{cls.__name__}")
+        if _not_a_stop not in logger.filters:
+            logger.addFilter(_not_a_stop)
+
+
+_quiet_pool_stops()
 
 
 @dataclass(frozen=True)
@@ -1821,7 +1857,7 @@ def _dispose(engine: Engine, opened_in: int) -> None:
     Silent where it fails (out of memory under `ulimit -v`, a server gone): a collector's
     callback can only print "Exception ignored", and what it would close is dropped anyway."""
     with contextlib.suppress(Exception):
-        engine.dispose(close=os.getpid() == opened_in)
+        dispose(engine, close=os.getpid() == opened_in)
 
 
 def _pg_next_id(s: Session) -> int | None:
@@ -2052,7 +2088,7 @@ class RunStore:
         store stays usable (a later read connects anew, to the same file: a relative path is
         not resolved again in a working directory changed or removed since)."""
         path = integrity.store_file(self.engine)
-        self.engine.dispose()
+        dispose(self.engine)
         if path is not None:
             integrity.same_file(self.engine, path)
 
@@ -3230,12 +3266,12 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             raise _of_target(no_room, staged, target) from None
         # Every connection closed: the WAL (now empty) is removed, so the one file renamed
         # holds the whole copy.
-        new.engine.dispose()
+        dispose(new.engine)
         _claim(staged, target)
         return done
     except BaseException:
         if new is not None:
-            new.engine.dispose()
+            dispose(new.engine)
         for leftover in leftovers:
             leftover.unlink(missing_ok=True)
         raise
