@@ -350,15 +350,27 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
         try:
             # + 0.0: -0.0 as 0.0, as RunStore.log_metrics stores it, so that the run's
             # `final` (kept from this value) says what its stored metric says
-            return name, float(value) + 0.0
+            number = float(value) + 0.0
         except OverflowError:
-            raise UserError(
-                f"metric {name} is a number a float can hold (up to {sys.float_info.max:.4g}), "
-                f"got {as_given(given, typed=True)}"
-            ) from None
+            raise _past_float(name, given) from None
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
+        else:
+            # float() of a finite Decimal or NumPy longdouble past a float's range is inf
+            # without an OverflowError (10**400 raises one): an infinity only where the value
+            # given is one, which alone equals it
+            if math.isinf(number) and not bool(value == number):
+                raise _past_float(name, given)
+            return name, number
     raise UserError(f"metric {name} is a number, got {as_given(given, typed=True)}")
+
+
+def _past_float(name: str, given: Any) -> UserError:
+    """The refusal of metric `name`'s value `given`, a finite number past a float's range."""
+    return UserError(
+        f"metric {name} must be a number a float can hold (up to {sys.float_info.max:.4g}), "
+        f"got {as_given(given, typed=True)}"
+    )
 
 
 def _numpy_number(value: Any) -> Any:
@@ -1284,24 +1296,26 @@ class Store:
         again at each read, until it is (a `Store` made before a store's first run reads the
         runs written since, by any process), and is then kept."""
         from dlperf.store import RunStore
+        from dlperf.store.runstore import dispose
 
         if self._url is not None and _stand_in(self._store):
             store = RunStore.open(self._url or None, create=False)
             if not _stand_in(store):
                 store, self._store = self._store, store
-            store.engine.dispose()  # the stand-in not kept: in memory, its connection open
+            dispose(store.engine)  # the stand-in not kept: in memory, its connection open
         return self._store
 
     def _writer(self) -> RunStore:
         """The store opened to be written (made if it is not there yet, its SQLite file kept
         as a writer's is: RunStore.open), in place of the reader's from now on."""
         from dlperf.store import RunStore
+        from dlperf.store.runstore import dispose
 
         if self._url is not None:
             reader, self._store = self._store, RunStore.open(self._url or None)
             self._url = None  # opened for writing once; later writers use it as it is
             # In a forked child, only forgotten: closing would end the parent's sessions.
-            reader.engine.dispose(close=os.getpid() == self._opened_in)
+            dispose(reader.engine, close=os.getpid() == self._opened_in)
         return self._store
 
     def runs(
