@@ -221,7 +221,8 @@ def test_torch_that_cannot_load_under_a_memory_limit_is_one_line(tmp_path: Path)
     assert result.code == 1, result.err
     assert result.err.startswith("error: cannot load torch: "), result.err
     assert result.err.count("\n") == 1, result.err
-    assert "failed to map segment" in result.err
+    # refused before it loads since round 45 (dlperf.blas): its loader's words before that
+    assert "failed to map segment" in result.err or "which torch needs to load" in result.err
     assert f"ulimit -v {MEMORY_CAP // 1024} may be too low" in result.err
 
 
