@@ -31,6 +31,7 @@ ERROR_KINDS = {
     404: "not_found",
     408: "read_timeout",
     413: "too_large",
+    431: "too_large",  # a request head over h11's limit
     499: "client_closed",
     503: "overloaded",
     507: "out_of_memory",
@@ -38,7 +39,7 @@ ERROR_KINDS = {
 
 # The route label of an answer the HTTP protocol gives before any route sees a request: a
 # connection past the cap (503), a request whose headers did not arrive in time (408), one
-# h11 cannot parse (400).
+# h11 cannot parse (400; 431 a head over its limit, 501 a transfer coding other than chunked).
 CONNECTION_ROUTE = "(connection)"
 # The scope key under which the protocol leaves the status it answered a request with while the
 # app still read its body (a 408 at the read deadline, a 503 as the server stops): the app then

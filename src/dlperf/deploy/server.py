@@ -8,7 +8,9 @@ and inference on JSON tensors or on binary tensors (the `binary_tensor_data` ext
 dynamic batch dimension runs concurrent requests as one batch; a detector, or a model
 without one, runs them one at a time. Every error answers `{"error": message}`: 400 bad
 input, 404 unknown model or version, 413 too large, 415 a compressed body, 503 overloaded
-or shutting down, 507 out of memory (the model's run, or the request as it arrives).
+or shutting down, 507 out of memory (the model's run, or the request as it arrives); a
+request HTTP/1.1 cannot read, with h11's reason and status (400, 431 a head over 16 KiB,
+501 a transfer coding other than chunked), and its connection ended.
 
 What production servers add in front of an application, uvicorn's HTTP/1.1 protocol gets here
 (`_GuardedH11`): a deadline for a request to arrive, headers and body (a client slower than its
@@ -38,12 +40,14 @@ import importlib
 import ipaddress
 import json
 import logging
+import re
 import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager, suppress
+from http import HTTPStatus
 from pathlib import Path
 from types import FrameType
 from typing import Any, ClassVar
@@ -421,6 +425,41 @@ def _closing_answer(message: str, status: int) -> tuple[list[tuple[bytes, bytes]
     return headers, body
 
 
+class _Unreadable(Exception):
+    """A request h11 could not read, its head or its body's framing: raised past uvicorn's
+    `handle_events`, which answered every one 400 text/plain "Invalid HTTP request received.",
+    said nothing else and logged that line, for `_GuardedH11` to answer with the reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# h11 quotes what it could not read as a repr: "illegal header line: bytearray(b'...')".
+_QUOTED = re.compile(r"bytearray\(b(?P<text>'.*'|\".*\")\)\Z", re.DOTALL)
+# How much of such a line is quoted back: a header line may be up to h11's 16 KiB.
+_QUOTED_CHARS = 60
+
+
+def _refusal(error: h11.RemoteProtocolError, in_head: bool, limit: int) -> _Unreadable:
+    """What a client is told of a request h11 refused (`in_head`: while reading its head; a
+    buffer over `limit` bytes is h11's "Receive buffer too long")."""
+    status = error.error_status_hint
+    said = str(error)
+    if said == "Receive buffer too long":
+        part = "the request's head" if in_head else "a chunk's line or the trailer of the request"
+        what = " (its request line and headers together)" if in_head else ""
+        return _Unreadable(status, f"{part} is over {limit:,} bytes{what}")
+    quoted = _QUOTED.search(said)
+    if quoted is not None:
+        text = quoted["text"]
+        if len(text) - 2 > _QUOTED_CHARS:
+            text = f"{text[: _QUOTED_CHARS + 1]}…{text[-1]}"
+        said = said[: quoted.start()] + text
+    return _Unreadable(status, "the request could not be read as HTTP/1.1: " + printable(said))
+
+
 class _EarlyClosing(h11.Connection):
     """h11's server side, whose answer to a request whose body has not wholly arrived (a 413,
     404 or 415 sent before the body was read) says `Connection: close`. Kept open, such a
@@ -430,20 +469,32 @@ class _EarlyClosing(h11.Connection):
     keep-alive, so that uvicorn does not close at once: `_GuardedH11` closes it gracefully.
 
     A request framed twice, by Content-Length and by Transfer-Encoding, is refused as h11
-    refuses two Content-Lengths (uvicorn answers 400 and closes): h11 read its body as chunked
-    and kept the connection, where a proxy in front that reads the Content-Length takes the
-    rest for the next request (request smuggling; RFC 9112 §6.1 has the server close)."""
+    refuses two Content-Lengths (answered 400 and its connection ended): h11 read its body as
+    chunked and kept the connection, where a proxy in front that reads the Content-Length
+    takes the rest for the next request (request smuggling; RFC 9112 §6.1 has the server close).
+
+    A request it cannot read raises `_Unreadable` with the reason, not h11's error, which
+    uvicorn caught to answer its own words (`_GuardedH11._unreadable` answers)."""
 
     answered_early = False
 
+    def __init__(self, our_role: type[h11.SERVER], max_incomplete_event_size: int) -> None:
+        super().__init__(our_role, max_incomplete_event_size)
+        self.head_limit = max_incomplete_event_size  # h11's limit on a head, in bytes
+
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
-        event = super().next_event()
+        in_head = self.their_state is h11.IDLE
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as error:
+            raise _refusal(error, in_head, self.head_limit) from error
         if type(event) is h11.Request:
             names = {name for name, _ in event.headers}
             if {b"content-length", b"transfer-encoding"} <= names:
-                raise h11.RemoteProtocolError(
-                    "a request with both Content-Length and Transfer-Encoding",
-                    error_status_hint=400,
+                raise _Unreadable(
+                    400,
+                    "a request with both Content-Length and Transfer-Encoding "
+                    "(RFC 9112 §6.1): send one",
                 )
         return event
 
@@ -562,7 +613,10 @@ class _GuardedH11(H11Protocol):
 
     def _follow(self) -> None:
         """Arm the deadline while a request arrives; disarm it once the request is in, or
-        when the connection waits, idle, for the next one."""
+        when the connection waits, idle, for the next one. A lingering connection keeps the
+        deadline that ends it."""
+        if self.lingering:
+            return
         state = self.conn.their_state
         if state is h11.SEND_BODY or (state is h11.IDLE and self.conn.trailing_data[0]):
             if self.deadline is None:
@@ -600,12 +654,38 @@ class _GuardedH11(H11Protocol):
             asked,
         )
 
-    def send_400_response(self, msg: str) -> None:
-        # h11 could not parse the request: its head (no route saw it), or, after the head, its
-        # body, as the route reads it (counted once, as the route's 400, not also its 499).
+    def handle_events(self) -> None:
+        try:
+            super().handle_events()
+        except _Unreadable as unreadable:
+            self._unreadable(unreadable)
+
+    def _unreadable(self, unreadable: _Unreadable) -> None:
+        """Answer a request h11 could not read (`_EarlyClosing`) with the reason, say its
+        end, and read and drop what the client still sends until it closes or the read
+        deadline runs out, as after an early answer (`_linger`): closed at once, a head over
+        h11's limit still arriving met a reset, and its client lost the answer. Counted under
+        "(connection)" when no route saw the request; a route reading its body (a bad chunk)
+        hears of a disconnect now and counts it, once, as its own."""
+        status, message = unreadable.status, unreadable.message
+        _log.warning("answered %d: %s", status, message)
         cycle = self.cycle
-        super().send_400_response(msg)
-        self._answered(cycle, 400)
+        if cycle is not None and cycle.response_complete:
+            # The last request's, answered: no route saw this one (Content-Length with
+            # Transfer-Encoding is refused once h11 has read the head, before uvicorn makes
+            # its cycle). None, as before a first request (uvicorn types it as a cycle).
+            cycle = self.cycle = None  # type: ignore[assignment]
+        self._say(status, HTTPStatus(status).phrase, message)
+        if not self.said:  # an answer had begun (the app's): cut, as uvicorn cut it
+            self.transport.close()
+            return
+        self.lingering = True
+        if cycle is not None and not cycle.response_complete:
+            # uvicorn's connection_lost tells a route waiting for the body so.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if self.deadline is None:  # what ends the connection if the client does not
+            self._arm()
 
     def _answered(self, cycle: RequestResponseCycle | None, status: int) -> None:
         """Count `status`, an answer the protocol layer sent: as the route's, for a request
