@@ -11,8 +11,10 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlperf import stopping
 from dlperf.analytic.counting import Analysis, analyze, kept_note
 from dlperf.analytic.devices import (
     Device,
@@ -154,7 +156,7 @@ def calibrate_recorded(
         peaks = {k: v for k, v in same.probe_times.items() if k.startswith("matmul") or k == "copy"}
         marked = marks(same.contention, judged(same.contention, peaks, same.unsolved))
         marked["unsolved"] = same.unsolved
-        path = save_device(fitted)
+        path = _saved(fitted)
         store.log_metrics(
             record.id,
             [(f"matmul_tflops_{p}", 0, v) for p, v in fitted.peak_tflops.items()]
@@ -168,6 +170,21 @@ def calibrate_recorded(
         store.add_artifact(record.id, "devices", path)
         record.summary = fitted.model_dump() | marked
     return {"run_id": record.id, "path": path, "device": fitted, "marks": marked}
+
+
+def _saved(fitted: Device) -> Path:
+    """`fitted` saved to the user's devices file, the calibration's outcome settled with it: a
+    stop that came before (one a library swallowed, or one that waited in a shielded write)
+    leaves the file as it was and the run killed; once the device is in place a stop no longer
+    counts, and the run is stored finished with its metrics. A stop raised after the rename
+    exited 143 with nothing said and the run killed, the new device saved (as `export`'s
+    publish, deploy/export.py)."""
+    with stopping.shielded():  # the device saved and the outcome settled, or neither
+        if stopping.requested():
+            raise KeyboardInterrupt
+        path = save_device(fitted)
+        stopping.settle()
+    return path
 
 
 def measure_recorded(

@@ -120,6 +120,10 @@ NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a 
 SIZE_LIMIT_NEAR = 128 << 10
 # The files SQLite keeps beside a store in WAL mode, named by these suffixes to the store's.
 WAL_FILES = ("-wal", "-shm")
+# Every file SQLite writes beside a store: its rollback journal too, which a new store (made in
+# rollback mode, then switched to WAL) has while its schema is made. (A super-journal,
+# NAME-mjXXXXXXXXX, is written only by a transaction over attached stores: dlperf makes none.)
+SIDE_FILES = ("-journal", *WAL_FILES)
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
 # query_canceled: a statement that ran past statement_timeout, or one a session cancelled
 # (pg_cancel_backend).
@@ -589,7 +593,7 @@ def _room_beside(where: Path, name: str) -> None:
     except OSError:
         return  # no limit known: SQLite's own error stands
     new = not where.exists() or where.stat().st_size == 0
-    suffixes = ("-journal", *WAL_FILES) if new else WAL_FILES
+    suffixes = SIDE_FILES if new else WAL_FILES
     room = most - max(len(suffix) for suffix in suffixes)
     length = len(os.fsencode(where.name))
     if most > 0 and length > room:
@@ -3167,7 +3171,8 @@ def _staging(target: str) -> str:
             if not name.startswith(prefix):
                 continue
             rest = name[len(prefix) :]
-            for suffix in WAL_FILES:
+            # A kill as the copy's schema was made left its -journal: it was kept for good.
+            for suffix in SIDE_FILES:
                 rest = rest.removesuffix(suffix)
             mine = re.fullmatch(r"-(\d+)-[0-9a-f]+", rest)
             if rest and (mine is None or alive(int(mine[1]))):
@@ -3240,7 +3245,7 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
     if os.path.lexists(target):  # a link too, dangling or not: it is not replaced
         raise _target_exists(target)
     staged = _staging(target)
-    leftovers = [Path(staged + suffix) for suffix in ("", *WAL_FILES)]
+    leftovers = [Path(staged + suffix) for suffix in ("", *SIDE_FILES)]
     new: RunStore | None = None
     try:  # making the new store fails too (a full disk): what it wrote goes, as for a copy
         try:
