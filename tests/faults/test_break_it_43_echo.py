@@ -23,10 +23,7 @@ import csv
 import io
 import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +38,7 @@ from dlperf.converge import fitting, staleness
 from dlperf.data import load_data
 from dlperf.errors import UserError
 from dlperf.parsing import quoted
-from tests.faults.test_break_it_43_output import _queued
+from tests.faults.test_break_it_43_output import _blocked_writer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LONG = "k" * 10_000
@@ -106,19 +103,7 @@ stopping.run(command, process=True)
 def test_a_stop_signal_waits_for_the_csv_to_be_whole(tmp_path: Path) -> None:
     """SIGTERM with 64 KiB of the CSV in a pipe nobody reads and the rest waiting: all of it
     comes, every row whole, and the exit code is SIGTERM's. Before: cut in a row, exit 143."""
-    script = tmp_path / "writer.py"
-    script.write_text(_CSV_WRITER)
-    child = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert child.stdout is not None
-    import fcntl
-
-    room = fcntl.fcntl(child.stdout.fileno(), fcntl.F_GETPIPE_SZ)
-    deadline = time.monotonic() + 120  # the interpreter's start on a busy machine
-    while _queued(child.stdout) < room and child.poll() is None:
-        assert time.monotonic() < deadline, "the CSV's write never filled the pipe"
-        time.sleep(0.01)
+    child = _blocked_writer(tmp_path, _CSV_WRITER)
     child.send_signal(signal.SIGTERM)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 143, err

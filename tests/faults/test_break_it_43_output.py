@@ -57,11 +57,11 @@ def _queued(pipe: IO[bytes]) -> int:
     return count[0]
 
 
-def _blocked_writer(tmp_path: Path) -> subprocess.Popen[bytes]:
-    """A process writing a document into a pipe nobody reads, once the pipe is full: its
-    write has begun and waits for room."""
+def _blocked_writer(tmp_path: Path, source: str = "") -> subprocess.Popen[bytes]:
+    """A process running `source` (by default `_WRITER`, a JSON document's) that writes into a
+    pipe nobody reads, once the pipe is full: its write has begun and waits for room."""
     script = tmp_path / "writer.py"
-    script.write_text(_WRITER)
+    script.write_text(source or _WRITER)
     child = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
