@@ -1154,7 +1154,11 @@ class TrackedRun:
         self._flushed = time.monotonic()
 
     def _end(self) -> None:
-        with self._lock:
+        # The block's last write is not cut by Ctrl-C: cut, it was undone and the run marked
+        # killed without the rows it held (up to `FLUSH_ROWS`, seconds of them where the write
+        # waits on a lock or a slow server). A Ctrl-C waits for it, then stops the script as
+        # it would have; the write's own wait is bounded by the store's timeouts.
+        with self._lock, stopping.deferred():
             self._ended = True
             self._flush()
 
