@@ -1149,16 +1149,19 @@ class TrackedRun:
         if self._timer is not None and threading.current_thread() is not self._timer:
             self._timer.cancel()
             self._timer = None
-        self._store.log_metrics(self.id, self._rows)
-        self._rows.clear()
+        # Not cut by Ctrl-C, the write and the clearing of what it wrote alike: cut after the
+        # commit, the rows stayed held and the block's end stored them twice; cut at the
+        # block's end, the write was undone and the run marked killed without them (up to
+        # `FLUSH_ROWS`, seconds of them where the write waits on a lock or a slow server). A
+        # Ctrl-C waits for it, then stops the script as it would have; the write's own wait is
+        # bounded by the store's timeouts.
+        with stopping.deferred():
+            self._store.log_metrics(self.id, self._rows)
+            self._rows.clear()
         self._flushed = time.monotonic()
 
     def _end(self) -> None:
-        # The block's last write is not cut by Ctrl-C: cut, it was undone and the run marked
-        # killed without the rows it held (up to `FLUSH_ROWS`, seconds of them where the write
-        # waits on a lock or a slow server). A Ctrl-C waits for it, then stops the script as
-        # it would have; the write's own wait is bounded by the store's timeouts.
-        with self._lock, stopping.deferred():
+        with self._lock:
             self._ended = True
             self._flush()
 

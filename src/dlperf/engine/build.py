@@ -467,7 +467,9 @@ def _check_model(
         if reporter is not None:
             reporter.log(f"warning: {note}")
     scores = check_classifier(model, output, data.num_classes, name)
-    check_finite(model, scores, data.shape, name, device)
+    if fresh:  # a stored run's rebuild (export, --resume) has its trained weights loaded next:
+        # its initial ones (torch.empty's, whatever memory held) may be NaN, as the run's were not
+        check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)
     # return more than their scores in training mode only.
     output = dry_forward(model, data.shape, rejects, device, training=True, what=f"model {name}")
