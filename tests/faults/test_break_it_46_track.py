@@ -1,5 +1,6 @@
-"""Break-it round 46, lead: a Ctrl-C as a `dlperf.track` block writes its last rows; a stored
-run's rebuild is not refused for its untrained weights.
+"""Break-it round 46, lead: Ctrl-C and `dlperf.track`'s writes (its last rows kept, a committed
+batch stored once); a stored run's rebuild not refused for its untrained weights; what `runs
+tag` and `runs show` print of long values and lists of tables.
 
 T3's C1 (cases 7-9): the block's end writes the rows `log` still holds (up to FLUSH_ROWS) with
 nothing holding off a Ctrl-C; one that landed during that write (seconds of it where the write
@@ -11,7 +12,8 @@ as it would have: the run `killed`, every row stored.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from dlperf.config import Experiment
 from dlperf.data import load_data
 from dlperf.engine.build import build_model
 from dlperf.errors import UserError
+from dlperf.store.query import setting
 from dlperf.store.runstore import RunStore
 
 
@@ -119,3 +122,34 @@ def test_a_ctrl_c_right_after_a_batch_is_committed_stores_it_once(
     assert store.run(run.id).status == "killed"
     steps = [step for step, _ in store.metrics(run.id, "train/loss")]
     assert len(steps) == len(set(steps)), "a batch stored twice"
+
+
+# --- T2's C1 and C2: what runs tag and runs show print ------------------------------------
+
+
+def test_runs_tag_cuts_a_long_value_as_runs_show_does(db: str, cli: Callable[..., Any]) -> None:
+    """T2's C1 (round 46): `runs tag` printed a 5,000-character value whole, every line of its
+    table 5,105 characters wide, where `runs show` cuts a tag past 200 characters."""
+    with dlperf.track("tagged", store=db) as run:
+        run.log(1, loss=1.0)
+    result = cli("runs", "tag", str(run.id), "note=" + "x" * 5000)
+    assert result.code == 0, result.err
+    assert "(5,000 characters; --json holds it whole)" in result.out
+    assert max(len(line) for line in result.out.splitlines()) < 400
+    assert dlperf.Store(db).run(run.id).tags["note"] == "x" * 5000  # stored whole
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ([{"d": 1}], "[{d = 1}]"),
+        ([{"a b": "x", "c": [1, {"e": True}]}], '[{"a b" = "x", c = [1, {e = true}]}]'),
+        ([1, "a"], '[1, "a"]'),
+    ],
+    ids=["table", "nested", "plain"],
+)
+def test_a_list_of_tables_is_shown_as_set_reads_it_back(value: Any, shown: str) -> None:
+    """T2's C2 (round 46): a list holding a table was shown as Python's `[{'d': 1}]`, which
+    `--set` and `--where` cannot read; now TOML's inline table, which they read back as stored."""
+    assert setting(value) == shown
+    assert tomllib.loads(f"v = {shown}")["v"] == value

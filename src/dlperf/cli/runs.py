@@ -181,14 +181,14 @@ def runs_tag(
 
     Example: dlperf runs tag 3 baseline=yes note="lr too high"
     """
-    from dlperf.store.query import tag_changes
+    from dlperf.store.query import tag_changes, tag_rows
 
     tags = tag_changes(pairs)
     store = writer()
     store.get_run(run_id)  # "no run N" before "open read-only" (a missing store is empty)
     result = store.set_tags(run_id, tags)
     if result:
-        console.print_table(f"run {run_id} tags", ["tag", "value"], list(result.items()))
+        console.print_table(f"run {run_id} tags", ["tag", "value"], tag_rows(result))
     else:
         console.out.print(f"run {run_id} has no tags")
 

@@ -144,9 +144,21 @@ def setting(value: Any) -> str:
     if isinstance(value, list):
         items = (_toml_string(v) if isinstance(v, str) else setting(v) for v in value)
         return "[" + ", ".join(items) + "]"  # TOML: strings in a list are quoted
+    if isinstance(value, dict):  # in a list (a top-level table is its keys' rows): TOML's
+        # inline table, which --set and --where read back, where Python's {'d': 1} was shown
+        pairs = (
+            f"{k if _BARE_KEY.fullmatch(k) else _toml_string(k)} = "
+            f"{_toml_string(v) if isinstance(v, str) else setting(v)}"
+            for k, v in value.items()
+        )
+        return "{" + ", ".join(pairs) + "}"
     if isinstance(value, str) and not _bare(value):
         return _toml_string(value)
     return str(value)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+"""A TOML key written without quotes."""
 
 
 def _bare(text: str) -> bool:
@@ -1009,6 +1021,12 @@ def cut_text(value: Any) -> Any:
     if isinstance(value, str) and len(value) > CELL_CHARS:
         return _cut(value, f"{len(value):,} characters")
     return value
+
+
+def tag_rows(tags: dict[str, str]) -> list[tuple[str, str]]:
+    """`runs tag`'s table of a run's tags, each cut as `runs show` cuts it (`cut_text`): a
+    5,000-character value made every line of it 5,105 characters wide."""
+    return [(cut_text(key), cut_text(value)) for key, value in tags.items()]
 
 
 def _list_text(value: list[Any] | tuple[Any, ...]) -> str:
