@@ -7,7 +7,17 @@ use, so `import dlperf` does not import torch.
 
 from __future__ import annotations
 
+import resource
+import sys
 from typing import TYPE_CHECKING, Any
+
+# Under a file-size limit (ulimit -f), no bytecode cache is written: Python writes a module's
+# .pyc with one write it does not check, so a limit of 64 KiB left a cut .pyc renamed into
+# place, and every later import of that module, in any process of the environment, failed
+# with "EOFError: marshal data too short" (found as a test under the limit imported MLflow
+# first, from an environment installed without compiling).
+if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+    sys.dont_write_bytecode = True
 
 from dlperf import blas, stack
 from dlperf.errors import UserError

@@ -62,7 +62,7 @@ def test_a_tag_value_with_an_escape_or_an_undecodable_byte_is_refused(
         result = cli("runs", "tag", str(run), f"a={value}")
         # before: the escape stored and printed raw; the byte a 80-line UnicodeEncodeError
         assert result.code == 2, result.err
-        assert result.err.startswith(f"error: runs tag {f'a={value}'!r}: a tag value holds a")
+        assert result.err.startswith(f"error: runs tag {f'a={value}'!r}: the value holds ")
     assert store.get_run(run).tags == {}
     assert cli("runs", "tag", str(run), "note=ünïcödé ✓").code == 0
     assert store.get_run(run).tags == {"note": "ünïcödé ✓"}
