@@ -56,7 +56,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 def test_requests_are_counted_by_route_status_and_error_kind() -> None:
     metrics = Metrics("m", lambda: 0)
-    for status in (200, 200, 404, 413, 418, 499, 502, 503):
+    for status in (200, 200, 404, 413, 418, 499, 501, 502, 503):
         metrics.request("/r", status, 0.003)
     count = {
         s: value(metrics, "dlperf_requests_total", route="/r", status=s) for s in ("200", "418")
@@ -69,13 +69,14 @@ def test_requests_are_counted_by_route_status_and_error_kind() -> None:
         "client_closed",
         "server_error",
         "overloaded",
+        "unsupported",  # a transfer coding other than chunked: the client's, not a fault
     ]
-    assert [value(metrics, "dlperf_errors_total", route="/r", kind=k) for k in kinds] == [1.0] * 6
+    assert [value(metrics, "dlperf_errors_total", route="/r", kind=k) for k in kinds] == [1.0] * 7
     assert value(metrics, "dlperf_errors_total", route="/r", kind="bad_request") is None
-    assert value(metrics, "dlperf_request_duration_seconds_count", route="/r") == 8
+    assert value(metrics, "dlperf_request_duration_seconds_count", route="/r") == 9
     # 0.003 s falls in the 0.005 bucket, not in 0.0025
     assert value(metrics, "dlperf_request_duration_seconds_bucket", route="/r", le="0.0025") == 0
-    assert value(metrics, "dlperf_request_duration_seconds_bucket", route="/r", le="0.005") == 8
+    assert value(metrics, "dlperf_request_duration_seconds_bucket", route="/r", le="0.005") == 9
 
 
 def test_batch_series_exist_before_the_first_batch_and_queue_depth_is_live() -> None:

@@ -33,6 +33,9 @@ ERROR_KINDS = {
     413: "too_large",
     431: "too_large",  # a request head over h11's limit
     499: "client_closed",
+    # h11's answer to a transfer coding other than chunked: the client's choice, so not a
+    # server_error, although 5xx by the protocol
+    501: "unsupported",
     503: "overloaded",
     507: "out_of_memory",
 }
