@@ -54,6 +54,31 @@ def error_text(e: BaseException) -> str:
         return "<str() failed>"
 
 
+# What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
+# RuntimeError, not torch's OutOfMemoryError. On Linux the CPU allocator words it "can't
+# allocate memory: you tried to allocate N bytes".
+OOM_MESSAGES = (
+    "out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "DefaultCPUAllocator: not enough memory",
+    "can't allocate memory",
+)
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether `e` says the device (or the host) ran out of memory. Here, beside error_text,
+    and without importing torch: the CLI asks it of an error that ended a command, where an
+    import of the engine's modules to ask ran out of the memory it was asking about."""
+    if isinstance(e, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(e, torch.cuda.OutOfMemoryError):
+        return True
+    # error_text: asked of any error that ends a command, a model's whose __str__ raises too
+    return isinstance(e, RuntimeError) and any(m in error_text(e) for m in OOM_MESSAGES)
+
+
 def innermost(e: BaseException) -> TracebackType | None:
     """The last entry of `e`'s traceback: where it was raised."""
     tb = e.__traceback__

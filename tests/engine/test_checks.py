@@ -20,9 +20,8 @@ from dlperf.engine.checks import (
     dry_backward,
     dry_forward,
     misfit,
-    out_of_memory,
 )
-from dlperf.errors import UserError
+from dlperf.errors import UserError, out_of_memory
 
 SHAPE = (1, 4, 4)
 

@@ -293,7 +293,8 @@ class _Hungry(torch.nn.Module):
 
 def test_a_forward_out_of_memory_is_said_as_such() -> None:
     """A CUDA OOM in the dry forward is not "the model rejects these images"."""
-    from dlperf.engine.checks import dry_forward, out_of_memory
+    from dlperf.engine.checks import dry_forward
+    from dlperf.errors import out_of_memory
 
     with pytest.raises(UserError, match=r"out of memory in a forward of two \(3, 8, 8\) images"):
         dry_forward(_Hungry(), (3, 8, 8), "the model rejects 3x8x8 images")

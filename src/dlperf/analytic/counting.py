@@ -99,6 +99,7 @@ from dlperf.errors import (
     error_text,
     missing_device,
     missing_forward,
+    out_of_memory,
     raised_by_model,
 )
 from dlperf.parsing import is_file_spec
@@ -1786,6 +1787,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             raise
         if isinstance(e, RecursionError):  # its nesting's, not the input's (nesting_told)
             refuse_too_deep(model)
+        if out_of_memory(e):  # the machine's (a memory limit), not the input's: said as such
+            raise
         kind, first = error_line(e)
         said = f"{kind}: {first}"
         if x.is_meta and _AUTOCAST_ON_META in first:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 from dlperf import stopping
 from dlperf.cli.app import app, placed_after, state
 from dlperf.cli.console import documents_only
-from dlperf.cli.loads import memory_hint, out_of_memory, unloadable
+from dlperf.cli.loads import memory_hint, unloadable
 from dlperf.errors import (
     CheckFailed,
     UserError,
@@ -34,6 +34,7 @@ from dlperf.errors import (
     in_model_file,
     innermost,
     interrupted,
+    out_of_memory,
 )
 from dlperf.parsing import one_line
 from dlperf.paths import told, unnamed_cwd, writing

@@ -4,7 +4,6 @@ traceback. Holds no command."""
 
 from __future__ import annotations
 
-import sys
 import traceback
 
 from dlperf.blas import NO_ROOM, address_limit
@@ -41,18 +40,6 @@ def memory_hint() -> str:
     """What an allocation that failed needs: the address-space limit raised, when one is set,
     else less asked for."""
     return memory_limit() or " (ask for less: a smaller data set, batch or model)"
-
-
-def out_of_memory(e: BaseException) -> bool:
-    """Whether `e` is an allocation that failed: Python's MemoryError, or torch's allocator
-    (asked only once torch is loaded: importing it to ask would cost what ran out)."""
-    if isinstance(e, MemoryError):
-        return True
-    if "torch" not in sys.modules:
-        return False
-    from dlperf.engine.checks import out_of_memory as torch_out_of_memory
-
-    return torch_out_of_memory(e)
 
 
 def _loaded(e: BaseException, among: tuple[str, ...] | None) -> str | None:

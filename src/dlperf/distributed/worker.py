@@ -60,14 +60,14 @@ from dlperf.distributed.contracts import (
 )
 from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail, write_pid
 from dlperf.engine.build import build_model, start_weights
-from dlperf.engine.checks import dry_backward, no_gradient, out_of_memory
+from dlperf.engine.checks import dry_backward, no_gradient
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.loop import Diverged
 from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import ModelGrew, TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
-from dlperf.errors import UserError, model_exited
+from dlperf.errors import UserError, model_exited, out_of_memory
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.procs import restore_safepath

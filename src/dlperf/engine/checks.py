@@ -34,6 +34,7 @@ from dlperf.errors import (
     in_model_file,
     missing_device,
     missing_forward,
+    out_of_memory,
     raised_by_model,
 )
 from dlperf.formatting import few
@@ -766,26 +767,6 @@ def check_dense_gradients(model: nn.Module, cannot: str) -> None:
             "optimizers, gradient clipping and DDP do not take",
             "use sparse=False",
         )
-
-
-# What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
-# RuntimeError, not torch's OutOfMemoryError. On Linux the CPU allocator words it "can't
-# allocate memory: you tried to allocate N bytes".
-OOM_MESSAGES = (
-    "out of memory",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "DefaultCPUAllocator: not enough memory",
-    "can't allocate memory",
-)
-
-
-def out_of_memory(e: BaseException) -> bool:
-    """Whether `e` says the device (or the host) ran out of memory."""
-    if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
-        return True
-    # error_text: asked of any error that ends a command, a model's whose __str__ raises too
-    return isinstance(e, RuntimeError) and any(m in error_text(e) for m in OOM_MESSAGES)
 
 
 def check_batch_fits(batch_size: int, data: ImageData) -> None:
