@@ -36,6 +36,10 @@ same way wherever they land.
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
   Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the
   stop's consequence, and is not printed either.
+- A command that settles its outcome before it ends (`run` once its run is stored finished,
+  `runs export` once the export is in place) ignores a stop signal from then on: its exit
+  code is the outcome's. A second one ends what is left (the output), exit 128 + the first,
+  so that a reader that never reads the output's pipe does not hold the command for good.
 - Once the exit code is decided, signals are ignored: Python's shutdown puts the default
   actions back, under which a late signal would end the process *by* it (exit -15 or -2).
   So a command does not wait for non-daemon threads still running when it ends (a user's
@@ -100,6 +104,8 @@ class _State:
     shields: int = 0  # shielded blocks open (in the main thread, the one signals interrupt)
     spared: bool = False  # the outermost shielded block open is a `spared` one
     settled: bool = False  # the exit code is decided: signals no longer count
+    commanding: bool = False  # `run`'s command is running: an insisting stop may end it
+    late: int | None = None  # the first stop signal after the command settled its outcome
     cpu_s: float | None = None  # the CPU time used when a CPU-time limit's SIGXCPU came
 
 
@@ -113,6 +119,7 @@ def _stop() -> NoReturn:
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     if _state.settled:
+        _late(signum)
         return
     if signum in TIMER_SIGNALS:  # once: an interval timer would go off again in the cleanup
         signal.setitimer(timer_of(signum), 0.0)
@@ -130,6 +137,22 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             _stop()  # a signal more, where a `spared` block held one: its user insists
         _state.pending = True
     else:
+        _stop()
+
+
+def _late(signum: int) -> None:
+    """A stop signal once the command settled its outcome (`settle`) does not count, but a
+    second one means its user insists: it ends what is left of the command, as a `spared`
+    block gives way to a second signal. What is left is output (`run`'s result, `runs
+    export`'s table), which a reader that never reads its pipe held for ever: every signal
+    but SIGKILL was ignored. Not inside a shielded write, nor once `run`'s command returned
+    (the exit code is decided), nor for a timer's or the CPU limit's repeats."""
+    if not _state.commanding or signum == _SIGXCPU or signum in TIMER_SIGNALS:
+        return
+    if _state.late is None:
+        _state.late = signum
+    elif not _state.shields or _state.spared:
+        _state.received = _state.late  # exit 128 + the first of them
         _stop()
 
 
@@ -433,8 +456,10 @@ def run(
     stopped = False
     try:
         try:
+            _state.commanding = True
             code = command()
         finally:
+            _state.commanding = False
             _state.settled = True
     except KeyboardInterrupt:  # wherever the signal landed, after the command's own handling
         _state.settled = True  # again: the signal may have landed in `finally`, before it
