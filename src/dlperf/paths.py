@@ -267,10 +267,10 @@ def replaced(path: Path) -> Iterator[Path]:
     none; a failed block leaves no partial file. The temporary file is this writer's alone
     (`part_name`): two processes writing one path at once each rename a whole file of their
     own, where a shared name had the first rename take the second's half-written bytes and
-    the second's fail. The parts killed writers left beside it go first (`_sweep_parts`). An
+    the second's fail. The parts killed writers left beside it go first (`sweep_parts`). An
     OSError about the temporary file (a directory in its place) names `path`, the file the
     caller asked for and the one the one-line error should name."""
-    _sweep_parts(path)
+    sweep_parts(path)
     tmp = part_name(path)
     try:
         yield tmp
@@ -294,7 +294,7 @@ _PARTS = itertools.count()  # this process's writes: two threads writing one pat
 def part_name(path: Path) -> Path:
     """A temporary name beside `path` for one write alone, `{stem}.part-HOST-PID-N{suffix}`:
     HOST a tag of this host (`_host_tag`) and PID this process's id, by which a later write
-    tells a killed writer's part from a live one's (`_sweep_parts`), N this process's count.
+    tells a killed writer's part from a live one's (`sweep_parts`), N this process's count.
     The suffix stays last, since numpy's savez appends ".npz" to a name without it. The stem
     is cut (on a character boundary) so that the name fits in NAME_MAX bytes where `path`'s
     own does: a legal name is written, however close to the limit."""
@@ -326,7 +326,7 @@ def _host_tag() -> str:
     return hashlib.sha256(f"{socket.gethostname()} {namespace}".encode()).hexdigest()[:4]
 
 
-def _sweep_parts(path: Path) -> None:
+def sweep_parts(path: Path) -> None:
     """Remove what killed writers (SIGKILL, an OOM kill, a power cut) left beside `path`: the
     parts of this host's (`part_name`) whose process is gone, and `path`'s bare
     `NAME.part.SUFFIX` of a dlperf before round 40, no writer's now. A live writer's part
@@ -359,7 +359,7 @@ def _sweep_parts(path: Path) -> None:
         _SWEPT.add(folder)
 
 
-_SWEPT: set[str] = set()  # the directories this process has swept (`_sweep_parts`)
+_SWEPT: set[str] = set()  # the directories this process has swept (`sweep_parts`)
 
 
 def _named_as(e: OSError, tmp: Path, path: Path) -> None:

@@ -44,7 +44,15 @@ from dlperf.config import DataConfig
 from dlperf.errors import UserError
 from dlperf.formatting import binary_size
 from dlperf.parsing import file_name_text, name_text, one_line
-from dlperf.paths import link_loop, link_to_nothing, not_regular, unexpanded, unnamed_cwd
+from dlperf.paths import (
+    link_loop,
+    link_to_nothing,
+    not_regular,
+    part_name,
+    sweep_parts,
+    unexpanded,
+    unnamed_cwd,
+)
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import machine_memory
 
@@ -1076,7 +1084,10 @@ def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) 
         if not gz.exists() or (target.exists() and not _newer(gz, target)):
             continue
         _irregular(cfg, what, gz)
-        part = target.with_name(f".{target.name}.{os.getpid()}.part")  # this process's own
+        # This write's own name, by which the next unpack tells a killed one's part and removes
+        # it (a part of the idx files' size was left for good by each killed unpack)
+        sweep_parts(target)
+        part = part_name(target)
         theirs = target.exists() and not _unpacked(target)
         kept: Path | None = None
         try:
