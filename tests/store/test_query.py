@@ -67,6 +67,9 @@ class FakeStore:
                 return replace(r, status=self.statuses.pop(0)) if self.statuses else r
         raise NoSuchRun(f"no run {run_id} in the store")
 
+    def writes_elsewhere(self, run: RunRecord) -> str | None:
+        return None  # the store every run's process writes
+
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
     ) -> list[RunRecord]:

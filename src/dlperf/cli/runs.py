@@ -241,20 +241,8 @@ def runs_delete(
             console.err.print("nothing deleted")
             raise typer.Exit(1)
     for stopped in stop(store, runs, waiting=console.warn) if force else []:
-        if stopped.status is None:
-            console.warn(
-                f"run {stopped.run_id} runs in pid {stopped.pid} on {stopped.host}, which "
-                "cannot be stopped from here: deleted under it"
-            )
-        elif stopped.marked:
-            console.out.print(
-                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}"
-            )
-        else:  # it ended without storing a status: the run reads as lost, nothing marked it
-            console.out.print(
-                f"stopped run {stopped.run_id}: pid {stopped.pid} ended without marking it "
-                f"(it reads as {stopped.status})"
-            )
+        line, warning = stopped.said()
+        (console.warn if warning else console.out.print)(line)
     # A stop once the rows are committed waits for the files and this report, then exits
     # 128 + the signal: the user is told what is gone (it was gone without a word).
     with stopping.shielded():

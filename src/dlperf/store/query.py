@@ -270,7 +270,9 @@ def run_by_api(run: RunRecord) -> bool:
     is written by that command, whose process differs from the one recorded."""
     system = run.system if isinstance(run.system, dict) else {}
     started = system.get(API_PROCESS)
-    return isinstance(started, dict) and started == run.process
+    # "store": the store the writer writes (RunStore.writes_elsewhere), not the process's
+    writer = {k: v for k, v in (run.process or {}).items() if k != "store"}
+    return isinstance(started, dict) and started == writer
 
 
 # Per-epoch table: column header -> metric key, in reading order (a clock by what it counts).
@@ -1176,8 +1178,9 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
     if missing:
         raise no_such_run(store.engine, ", ".join(missing), "; nothing deleted")
     running = [r for r in runs if r.status == "running"]
-    # Said with or without --force: the generic line offered --force, which then refused.
-    _refuse_users_programs(running)
+    # Said with or without --force: the generic line offered --force, which then refused. A
+    # run of another store (this one its copy) is deleted here without a signal: not refused.
+    _refuse_users_programs([r for r in running if store.writes_elsewhere(r) is None])
     if running and not force:
         where = ", ".join(
             f"{r.id} (pid {p.get('pid')} on {p.get('host')})" if (p := r.process) else str(r.id)
@@ -1234,12 +1237,33 @@ class Stopped:
     pid: int | None
     host: str | None
     status: str | None  # None: not stopped
+    elsewhere: str | None = None  # the store its process writes, this one being its copy
 
     @property
     def marked(self) -> bool:
         """Whether the process stored a status before it ended: `lost` is only ever read
         (the run is still stored `running`, its process gone), never written."""
         return self.status is not None and self.status != LOST
+
+    def said(self) -> tuple[str, bool]:
+        """What `runs delete --force` says of it, and whether that is a warning."""
+        run, pid = f"run {self.run_id}", f"pid {self.pid}"
+        if self.elsewhere is not None:
+            return (
+                f"{run} runs in {pid}, which writes {self.elsewhere} (this store is a copy of "
+                "it): not stopped, deleted from this store only",
+                True,
+            )
+        if self.status is None:
+            return (
+                f"{run} runs in {pid} on {self.host}, which cannot be stopped from here: "
+                "deleted under it",
+                True,
+            )
+        if self.marked:
+            return f"stopped {run}: {pid} marked it {self.status}", False
+        # it ended without storing a status: the run reads as lost, nothing marked it
+        return f"stopped {run}: {pid} ended without marking it (it reads as {self.status})", False
 
 
 def stop(
@@ -1253,14 +1277,20 @@ def stop(
     telling `waiting` what for and how long (a stopped process, SIGSTOP or Ctrl-Z, acts on
     no signal until it is continued: the wait would otherwise be a silent minute). A run
     whose process runs on another host is not stopped (it is deleted under it, and its
-    writes then fail). `runs` are as `to_delete` gave them: a `dlperf.track` run whose
-    program is alive here was refused there, before any process was signalled."""
+    writes then fail), nor one whose process writes another store, this one its copy.
+    `runs` are as `to_delete` gave them: a `dlperf.track` run whose program is alive here
+    was refused there, before any process was signalled."""
     done = []
     for run in runs:
         if run.status != "running":
             continue
         process = run.process or {}
         pid, host = process.get("pid"), process.get("host")
+        # A copy's row of a run another store's process writes: that process is not this
+        # store's to stop (SIGTERM ended the original's run, and said it "reads as lost")
+        if (elsewhere := store.writes_elsewhere(run)) is not None:
+            done.append(Stopped(run.id, pid, host, None, elsewhere))
+            continue
         if pid is None or process_alive(process) is not True:
             done.append(Stopped(run.id, pid, host, None))
             continue

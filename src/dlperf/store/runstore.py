@@ -2249,7 +2249,7 @@ class RunStore:
         printable_keys(config, subscripted("config"))
         me = this_process()
         if system is not None:
-            system = {**system, "process": me}
+            system = {**system, "process": self._writer_record(me)}
         with self._writing() as s:
             run = Run(
                 name=name,
@@ -2270,6 +2270,33 @@ class RunStore:
             s.flush()
             self._resumable[run.id] = from_experiment(kind, config, system)
             return run.id
+
+    def _writer_record(self, me: dict[str, Any]) -> dict[str, Any]:
+        """`me` (`this_process()`) as a run's `process` records it: with the store it writes,
+        by which a copy of this store tells a run its own process writes from one whose
+        process writes this store (`writes_elsewhere`)."""
+        here = self._here()
+        return me if here is None else {**me, "store": here}
+
+    def writes_elsewhere(self, run: RunRecord) -> str | None:
+        """The other store `run`'s process writes, while that store is still there: `run` was
+        running when this store was copied from it (`cp`, a backup, `runs repair`, a pg_dump
+        restored), and its process writes that store, not this one, whose row of it is a copy
+        that nothing updates. None for a run this store's own process writes, and for one
+        recorded by a dlperf that recorded no store."""
+        recorded = (run.process or {}).get("store")
+        if not isinstance(recorded, str):
+            return None
+        with Session(self.engine) as s:
+            other = self._elsewhere(s, recorded)
+        return None if other is None else str(other)
+
+    def _written_elsewhere(self, s: Session, run_id: int) -> bool:
+        """`writes_elsewhere` of run `run_id`, read in the transaction `s`."""
+        system = s.scalar(select(Run.system).where(Run.id == run_id))
+        process = system.get("process") if isinstance(system, dict) else None
+        recorded = process.get("store") if isinstance(process, dict) else None
+        return isinstance(recorded, str) and self._elsewhere(s, recorded) is not None
 
     def _copy_of(self, s: Session) -> Path | str | None:
         """The store this one is a copy of while that one is still there: the SQLite file of
@@ -2591,7 +2618,9 @@ class RunStore:
         if refusal is not None:
             raise refusal
         me = this_process()
-        system = None if record.system is None else {**record.system, "process": me}
+        system = (
+            None if record.system is None else {**record.system, "process": self._writer_record(me)}
+        )
         with self._writing() as s:
             taken = s.connection().execute(
                 update(Run)
@@ -2665,7 +2694,9 @@ class RunStore:
         """Delete runs with their metrics, tags and artifact rows (one transaction; an unknown
         id, or a run whose owner lives, deletes nothing), then the files they recorded. With
         `force`, a run whose owner runs on another host (who cannot be stopped from here) goes
-        too; one whose owner lives on this host never does: stop it first (`query.stop`).
+        too, and so does a copy's row of a run whose owner writes another store
+        (`writes_elsewhere`); one whose owner lives on this host and writes this store never
+        does: stop it first (`query.stop`).
 
         Only what a run owns goes: a recorded file under this store's artifact directory
         (`<out_dir>/<store id>/`, or a copy's own, `_copy_dir`) that no other run records, and
@@ -2715,6 +2746,8 @@ class RunStore:
             # An owner that lives, or (unless `force`) that runs on another host, where that
             # cannot be told, may still write its run.
             running = {i: process_alive(json.loads(o)) for i, o, _ in owners if o and o != me}
+            if force:  # a copy's row of a run another store's process writes (`query.stop`)
+                running = {i: a for i, a in running.items() if not self._written_elsewhere(s, i)}
             live = [i for i, a in running.items() if a is True or (a is None and not force)]
             if live:
                 # --force helps only where the owner is on another host (None), not given yet.
