@@ -11,11 +11,14 @@ import re
 import resource
 import socket
 import stat
+import traceback
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from dlperf.errors import error_text, in_model_file
 
 if TYPE_CHECKING:  # matplotlib is imported by what draws, not by every command's paths
     from matplotlib.figure import Figure
@@ -376,20 +379,23 @@ def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
     (`replaced`): matplotlib writing onto `path` itself left 0 or 124 bytes of a figure over
     the earlier one when a stop signal came during the save. Every figure dlperf writes to a
     file goes through here. Through a link to a file, the file is replaced and the link
-    stays, as a save through the link wrote the file."""
+    stays, as a save through the link wrote the file. A write refused by a file size limit
+    or a full disk names `path` (`writing`): it named no file, and the one line could not say
+    which of a sweep's figures it was."""
     import io
 
     drawn = io.BytesIO()
     fig.savefig(drawn, format=path.suffix[1:].lower() or None, dpi=dpi)
     target = Path(os.path.realpath(path)) if os.path.islink(path) else path
-    with replaced(target) as tmp, open(tmp, "wb") as f:
+    with replaced(target) as tmp, writing(path), open(tmp, "wb") as f:
         f.write(drawn.getbuffer())
     return path
 
 
 def atomic_write(path: Path, data: bytes | str, fsync: bool = False) -> None:
-    """Write `data` to `path` by rename (see `replaced`); `fsync` also survives a power cut."""
-    with replaced(path) as tmp, open(tmp, "wb") as f:
+    """Write `data` to `path` by rename (see `replaced`); `fsync` also survives a power cut.
+    A write refused by a file size limit or a full disk names `path`, as `save_figure`'s."""
+    with replaced(path) as tmp, writing(path), open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
         if fsync:
             f.flush()
@@ -424,6 +430,21 @@ def told(e: OSError) -> tuple[str, bool]:
     # dlperf names each file it writes (`writing`): not knowing which, say so
     where = "the system named no file: dlperf --debug ... shows where"
     return f"{said} ({where})", e.errno in BAD_PATH
+
+
+def error_line(e: BaseException) -> str:
+    """A failed run's error as stored and as a sweep's point line says it: an OSError of a
+    file dlperf used in the one line's words (`told`: "cannot use t.db: No space left on
+    device"), where Python's "OSError: [Errno 28] No space left on device: 't.db'" said it a
+    second way above that line; anything else, and an OSError raised through a user's model
+    file (its own file, the model's error), as its type and text."""
+    if (
+        isinstance(e, OSError)
+        and e.filename is not None
+        and not any(in_model_file(frame) for frame, _ in traceback.walk_tb(e.__traceback__))
+    ):
+        return told(e)[0]
+    return f"{type(e).__name__}: {error_text(e)}"  # error_text: its own __str__ may raise
 
 
 def _followed(e: OSError) -> OSError:

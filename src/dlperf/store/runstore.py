@@ -76,9 +76,9 @@ from sqlalchemy.orm import Session, object_session
 from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
-from dlperf.errors import StoreGone, UserError, error_text, interrupted
+from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json, printable_key, printable_keys, subscripted
-from dlperf.paths import no_file_of_bytes, unnamed_cwd
+from dlperf.paths import error_line, no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.query import ABSENT, from_experiment, no_such_run
@@ -2381,9 +2381,10 @@ class RunStore:
             # Out of memory as it is marked (a tight `ulimit -v` that what ended the run hit
             # first): the run is left `running`, read as lost, and the command ends with what
             # ended the run, not with the mark's SystemError.
-            # error_text: an exception whose own __str__ raises is still marked and raised
+            # error_line: an exception whose own __str__ raises is still marked and raised,
+            # and a full disk is stored as the one line tells it, not as Python's OSError
             with contextlib.suppress(MemoryError, SystemError):
-                self._mark(run_id, "failed", error=f"{type(e).__name__}: {error_text(e)}")
+                self._mark(run_id, "failed", error=error_line(e))
             raise
         refused = self._mark(run_id, record.status, record.summary, record.error)
         if refused is not None:

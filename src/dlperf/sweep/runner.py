@@ -32,8 +32,9 @@ from typing import Any
 from dlperf import stopping
 from dlperf.config import Experiment, stored_experiment
 from dlperf.config.experiment import changed_source
-from dlperf.errors import StoreGone, UserError, error_text, interrupted
+from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
+from dlperf.paths import error_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.stopping import STOP_SIGNALS
@@ -229,7 +230,8 @@ def failure(e: Exception) -> str:
     worker). A store gone mid-run left its run `running`; it is marked failed here once the
     store answers again (the sweep's own status and exit code), and its line said the run
     "reads as lost now", against that status. A UserError is its one line, as the CLI says
-    it (a server's message may hold line breaks)."""
+    it (a server's message may hold line breaks); an OSError of a file, as the CLI's line
+    says it (`paths.error_line`), which the sweep prints after it."""
     if isinstance(e, StoreGone) and e.run_id is not None:
         return one_line(
             f"{e.message}; marked failed once the store answered again (continue it from its "
@@ -237,7 +239,7 @@ def failure(e: Exception) -> str:
         )
     if isinstance(e, UserError):
         return one_line(str(e))
-    return f"{type(e).__name__}: {error_text(e)}"  # the model's: its own __str__ may raise
+    return error_line(e)
 
 
 @dataclass
