@@ -204,7 +204,7 @@ CASES = [
     case("sweep bad.toml", "error: bad.toml: malformed TOML"),
     case("sweep noaxes.toml", "error: noaxes.toml: no axes to sweep (add e.g. [grid]"),
     case("sweep lrr.toml", "point 1 (train.lrr=0.1): unknown key 'train.lrr' (did you mean"),
-    case("sweep fast.toml", "point 1 (train.lr='fast'): train.lr: Input should be a valid number"),
+    case("sweep fast.toml", "point 1 (train.lr=fast): train.lr: Input should be a valid number"),
     case("sweep zip.toml", "[zip] axes must be of equal length: train.lr has 2, train.epochs has"),
     case("sweep novalues.toml", "error: novalues.toml: [grid] 'train.lr' has no values"),
     case("sweep nobase.toml", "base 'missing.toml': no such experiment file"),

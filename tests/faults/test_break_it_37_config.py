@@ -262,9 +262,9 @@ def test_c8_an_axis_value_with_a_control_character_is_escaped_in_the_run_name(
     )
     names = [point.exp.run.name for point in load_sweep(path).points]
     assert names == [
-        "s1 data.root='a\\tb' run.device='cpu\\n'",
-        "s1 data.root=c run.device='cpu\\n'",
-        "s1 data.root='d\\u202e' run.device='cpu\\n'",
+        's1 data.root="a\\tb" run.device="cpu\\n"',  # as --set takes them (round 47)
+        's1 data.root=c run.device="cpu\\n"',
+        's1 data.root="d\\u202E" run.device="cpu\\n"',
     ]
 
 

@@ -148,7 +148,7 @@ def test_a_sweep_checks_each_points_run_settings_as_its_run_does(
     result = _sweep(cli, tmp_path, VIEWS, grid, model)
     assert result.code == 2, result.err
     line = _one_error(result)
-    assert "point 2 (run.channels_last=True)" in line, line
+    assert "point 2 (run.channels_last=true)" in line, line
     assert "fails in run.channels_last's memory format" in line, line
     assert RunStore.open(db).list_runs() == []
 

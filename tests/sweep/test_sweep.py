@@ -143,7 +143,7 @@ BAD = {
                     "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
     "no axes": ("repeats = 2\n", [], "no axes to sweep"),
     "wrong type": ('[grid]\n"train.lr" = [0.1, "fast"]\n', [],
-                   "point 2 (train.lr='fast'): train.lr: Input should be a valid number"),
+                   "point 2 (train.lr=fast): train.lr: Input should be a valid number"),
     "zip lengths": ('[zip]\n"train.lr" = [0.1, 0.2]\n"train.epochs" = [1]\n', [],
                     "[zip] axes must be of equal length: train.lr has 2, train.epochs has 1"),
     "empty axis": ('[grid]\n"train.lr" = []\n', [], "[grid] 'train.lr' has no values"),
@@ -221,7 +221,7 @@ def test_sweep_runs_every_point_then_skips_them(
         assert Path(plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     listed = cli("runs", "list")
-    assert listed.code == 0 and "lr train.lr=0.02 augment.flip=False" in listed.out
+    assert listed.code == 0 and "lr train.lr=0.02 augment.flip=false" in listed.out
 
     again = sweep_json(cli, str(path))
     assert again["study_id"] == first["study_id"]

@@ -39,6 +39,7 @@ from dlperf.parsing import (
     flat_clash,
     key_fault,
     one_line,
+    printable_key,
     printable_keys,
     quoted,
     stem_name,
@@ -173,11 +174,37 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         raise UserError(
             f"--set {quoted(assignment)}: expected KEY=VALUE", "e.g. --set train.lr=0.01"
         )
-    key, _, text = assignment.partition("=")
-    parts = _key_parts(key.strip(), f"--set {quoted(assignment)}")
+    key, text = _split_assignment(assignment)
+    said = f"--set {quoted(assignment)}"
+    parts = _key_parts(key.strip(), said)
     if not all(parts):
-        raise UserError(f"--set {quoted(assignment)}: empty key", "e.g. --set train.lr=0.01")
+        raise UserError(f"{said}: empty key", "e.g. --set train.lr=0.01")
+    for part in parts:  # a quoted part holding '=': refused as a file's key is, naming --set
+        if "=" in part:  # (as a sweep's point's config, it was blamed on the point)
+            printable_key(part, f"{said}: key {_toml_key(tuple(parts))}")
     _assign_parts(raw, parts, key.strip(), parse_value(text.strip()), "--set")
+
+
+def _split_assignment(assignment: str) -> tuple[str, str]:
+    """KEY=VALUE split at the first '=' outside a TOML quoted key's quotes, so that
+    model.kwargs."a=b"=1 has the key model.kwargs."a=b" (split at the first '=', the key was
+    `model.kwargs."a`, "not a TOML key"). With no '=' outside quotes (a quote left open), at
+    the first '=', so that `_key_parts` says what is wrong with the key."""
+    quote = ""
+    escaped = False
+    for i, c in enumerate(assignment):
+        if escaped:  # a basic string's \" or \\
+            escaped = False
+        elif quote == '"' and c == "\\":
+            escaped = True
+        elif quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c == "=":
+            return assignment[:i], assignment[i + 1 :]
+    key, _, text = assignment.partition("=")
+    return key, text
 
 
 def _key_parts(key: str, said: str) -> list[str]:

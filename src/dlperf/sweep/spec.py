@@ -47,10 +47,11 @@ from dlperf.config import (
 from dlperf.config.experiment import UNHASHED_RUN_KEYS, RunConfig
 from dlperf.config.loading import key_clash
 from dlperf.errors import UserError
-from dlperf.parsing import flatten, has_control, stem_name
+from dlperf.parsing import flatten, stem_name
 from dlperf.paths import not_regular
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store.names import Made, at_most, check_made_names
+from dlperf.store.query import setting
 
 # About a second of checking (a millisecond a point): from here on, say what the wait is for.
 ANNOUNCE_POINTS = 1_000
@@ -103,17 +104,16 @@ class Point:
     exp: Experiment
 
     def label(self) -> str:
-        parts = [f"{k}={_shown(v)}" for k, v in self.params.items()]
-        if self.seed is not None:
-            parts.append(f"seed={self.seed}")
-        return " ".join(parts)
+        """The point's values as --set takes them (`setting`), and its seed: its run's name and
+        its progress lines. Written as Python, augment.flip=True and {'kind': 'cosine'} were
+        what --set refuses or cannot read; a text holding a control or format character is
+        escaped ("a\\tb"), which run.name takes (written raw, a traceback)."""
+        return _label(self.params) + ("" if self.seed is None else f" seed={self.seed}")
 
 
-def _shown(value: Any) -> Any:
-    """An axis value as the point's label (and so its run's name) writes it: a text holding a
-    control or format character ("a\\tb", "cpu\\n") as its escaped repr, which run.name
-    takes (written raw, the run's name was refused in a traceback); any other as it is."""
-    return repr(value) if isinstance(value, str) and has_control(value) else value
+def _label(params: dict[str, Any]) -> str:
+    """Axis values as a point's label and its errors write them: KEY=VALUE as --set takes it."""
+    return " ".join(f"{k}={setting(v)}" for k, v in params.items())
 
 
 @dataclass
@@ -349,8 +349,7 @@ def load_sweep(
     for params in _combinations(spec):
         for seed in seeds:
             index = len(points)
-            label = " ".join(f"{k}={v!r}" for k, v in params.items())
-            where = f"{path} point {index + 1} ({label})"
+            where = f"{path} point {index + 1} ({_label(params)})"
             raw = copy.deepcopy(base_raw)  # one point's overrides never reach the next
             for key, value in {**fixed, **params}.items():
                 assign(raw, key, value, where)
