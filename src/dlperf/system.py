@@ -286,16 +286,34 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
 
 # A line of Kineto's own log (`USDT:2026-11-26 12:19:21 25184:25184 File.cpp:39] text`).
 _KINETO_LINE = re.compile(rb"[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+\.cpp:\d+\] ")
+# A warning of c10's own log, torch's C++ (`[W1130 04:56:42.779567260 file.cpp:1994] Warning:
+# ...`, a thread id before the file in some builds).
+_TORCH_CPP_WARNING = re.compile(rb"\[W\d{4} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?[\w.]+:\d+\] ")
+
+
+def profiler_quiet() -> contextlib.AbstractContextManager[None]:
+    """Keep Kineto's own log lines off dlperf's stderr while torch.profiler starts, steps or
+    stops: `USDT: ... profiler_start` and `profiler_stop`, which no setting silences, and on a
+    machine with no GPU `ERROR: ... gpuGetDeviceCount failed`. (KINETO_LOG_LEVEL would drop
+    the ERROR line only, and a user's Kineto errors elsewhere.)"""
+    return _fd2_without(_KINETO_LINE)
+
+
+def torch_cpp_warnings_quiet() -> contextlib.AbstractContextManager[None]:
+    """Keep the warnings torch's C++ writes to its own log off dlperf's stderr for the block:
+    torch.onnx's TorchScript exporter wrote `[W... shape_type_inference.cpp:1994] Warning: The
+    shape inference of prim::PackPadded type is missing ...` for a packed sequence, about its
+    own graph (which the parity check proves or refuses). TORCH_CPP_LOG_LEVEL is read once, as
+    torch starts; nothing in Python turns them off after."""
+    return _fd2_without(_TORCH_CPP_WARNING)
 
 
 @contextlib.contextmanager
-def profiler_quiet() -> Iterator[None]:
-    """Keep Kineto's own log lines off dlperf's stderr while torch.profiler starts, steps or
-    stops: `USDT: ... profiler_start` and `profiler_stop`, which no setting silences, and on a
-    machine with no GPU `ERROR: ... gpuGetDeviceCount failed`. Kineto writes them to fd 2 from
-    C++, so fd 2 is caught into a file meanwhile, and every other line written there
-    (Python's warnings, torch's) is written on to fd 2 afterwards, even when the block raises.
-    (KINETO_LOG_LEVEL would drop the ERROR line only, and a user's Kineto errors elsewhere.)"""
+def _fd2_without(dropped: re.Pattern[bytes]) -> Iterator[None]:
+    """Lines matching `dropped` kept off fd 2 for the block. C++ writes them to fd 2 itself,
+    past Python's warnings filter and sys.stderr, so fd 2 is caught into a file meanwhile, and
+    every other line written there (Python's warnings, torch's) is written on to fd 2
+    afterwards, even when the block raises."""
     sys.stderr.flush()
     with tempfile.TemporaryFile() as caught:
         try:
@@ -313,6 +331,6 @@ def profiler_quiet() -> Iterator[None]:
             caught.seek(0)
             # Passed on to fd 2, where they were written (dlperf itself prints nothing here).
             lines = caught.read().splitlines(keepends=True)
-            kept = b"".join(line for line in lines if not _KINETO_LINE.match(line))
+            kept = b"".join(line for line in lines if not dropped.match(line))
             while kept:
                 kept = kept[os.write(2, kept) :]

@@ -40,16 +40,22 @@ from dlperf.engine.checks import (
     PROBABILITIES,
     check_float,
     dry_forward,
-    out_of_memory,
     probabilities,
 )
-from dlperf.errors import CheckFailed, UserError, error_text, interrupted, raised_by_model
+from dlperf.errors import (
+    CheckFailed,
+    UserError,
+    error_text,
+    interrupted,
+    out_of_memory,
+    raised_by_model,
+)
 from dlperf.formatting import few
 from dlperf.parsing import absolute_model_name, is_file_spec, one_line
 from dlperf.paths import writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
-from dlperf.system import usable_cores
+from dlperf.system import torch_cpp_warnings_quiet, usable_cores
 
 INPUT, OUTPUT = "input", "logits"
 IMAGENET_SHAPE = (3, 224, 224)
@@ -385,12 +391,38 @@ def check_batch_dynamic(proto: Any, batch: int, name: str) -> None:
     if fixed is None:
         return
     example = " (the example input's)" if fixed == batch else ""
-    raise UserError(
+    raise _batch_made_constant(name, f"the exported graph takes batches of {fixed} only{example}")
+
+
+def _batch_made_constant(name: str, so: str) -> UserError:
+    """The refusal of an export asked for a dynamic batch whose graph keeps one: `so` says
+    how the graph shows it."""
+    return UserError(
         f"model '{name}' cannot be exported with --dynamic-batch: its forward makes the batch "
-        f"a constant, so the exported graph takes batches of {fixed} only{example}: "
-        f"{BATCH_MADE_CONSTANT}",
+        f"a constant, so {so}: {BATCH_MADE_CONSTANT}",
         "use x.shape[0] as it is in tensor operations: y * x.shape[0], torch.tensor(x.shape[0]), "
         "x.view(x.shape[0], -1); or export without --dynamic-batch",
+    )
+
+
+def _check_batch_kept(
+    reference: np.ndarray, candidate: np.ndarray, exported_at: int | None, name: str
+) -> None:
+    """Refuse an export asked for a dynamic batch whose graph, given another batch, answers
+    with the example's rows (`exported_at`) where PyTorch answers with the input's. The
+    TorchScript exporter (the fallback) marks the input's batch symbolic whatever the forward
+    does, and keeps a batch made constant inside the graph (a Python list of x.shape[0]
+    lengths for pack_padded_sequence): `check_batch_dynamic` cannot see it in the input, and
+    the parity check said only "output shapes differ", exit 1."""
+    rows = candidate.shape[0] if candidate.ndim else None
+    if exported_at is None or rows != exported_at or reference.ndim != candidate.ndim:
+        return
+    if reference.shape[0] == exported_at:  # the input's batch is the example's: no sign
+        return
+    raise _batch_made_constant(
+        name,
+        f"the exported graph answers a batch of {reference.shape[0]} with {rows} rows of "
+        "scores (the example input's batch)",
     )
 
 
@@ -449,6 +481,7 @@ def _compared(
         if interrupted(e):
             raise KeyboardInterrupt from e
         raise CheckFailed(onnx_failure(e, len(x), what, exported_at)) from None
+    _check_batch_kept(reference, candidate, exported_at, model_name)
     at = f"at batch {len(x)} ({what})"
     result = compare(reference, candidate, rtol, atol, at)
     if not result["within_tolerance"]:
@@ -558,7 +591,9 @@ def _torch_export(
     (`_traced_constant`): the value, and any choice made on it, is the example input's."""
 
     def attempt(**options: Any) -> list[warnings.WarningMessage]:
-        with _quiet() as caught, _onnx_log_off():
+        # torch_cpp_warnings_quiet: the TorchScript exporter's C++ warned of its own graph
+        # (`[W... shape_type_inference.cpp] ... prim::PackPadded`) on fd 2, past `_quiet`
+        with _quiet() as caught, _onnx_log_off(), torch_cpp_warnings_quiet():
             torch.onnx.export(
                 model,
                 (example,),
