@@ -2351,7 +2351,26 @@ def _analyze_module(
                 f"there: {type(e).__name__}: {error_text(e)}"
             ) from None
         counted.real_tensors = refused.why
-        return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
+        with _ONE_COUNT, _composite_rnns():  # the switch is the process's: one count's
+            return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
+
+
+@contextlib.contextmanager
+def _composite_rnns() -> Iterator[None]:
+    """oneDNN off for a count on real CPU tensors, put back after. With it on, torch runs an
+    nn.LSTM on the CPU as one fused kernel (`aten.mkldnn_rnn_layer` and its backward: a float
+    input, or a packed one whose sequences are all as long, as at batch 1), which no handler
+    counts: the LSTM was 0 MACs. Off, it runs as torch's composite of matrix products and gates,
+    the one the meta device runs, so its MACs and FLOPs are the meta count's. Every other
+    operator is seen as the same ATen call either way (oneDNN is a convolution's kernel below
+    it). The switch is the process's: taken under _ONE_COUNT, so that two counts do not put
+    each other's back; another thread computing meanwhile runs torch's other kernels."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)  # not torch.backends.mkldnn.flags: it warns of TF32
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 QUANTIZED = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
