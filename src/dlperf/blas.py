@@ -73,7 +73,7 @@ def _threads() -> int:
     return os.cpu_count() or 1
 
 
-def _room(size: int) -> bool:
+def room(size: int) -> bool:
     """Whether `size` more bytes of address space can be mapped (read-only, private and never
     touched: it takes no memory)."""
     try:
@@ -108,7 +108,7 @@ def _short_of(fullname: str) -> str | None:
         mib, name, short = _NEEDS[fullname]
         need = mib + _THREAD_MIB * (_threads() - 1)
         what = f"which {name}'s OpenBLAS needs to start (short of it, OpenBLAS {short})"
-    return None if _room(need * 2**20) else f"less than {need} MiB {NO_ROOM}, {what}"
+    return None if room(need * 2**20) else f"less than {need} MiB {NO_ROOM}, {what}"
 
 
 class _RoomForBlas(importlib.abc.MetaPathFinder):

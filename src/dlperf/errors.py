@@ -9,11 +9,13 @@ import os
 import re
 import resource
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from types import FrameType, TracebackType
 
 from dlperf import stopping
+from dlperf.blas import address_limit, room
 
 # The module name a user's model file is imported under (models.registry), so that what its
 # code raises can be told apart from dlperf's own (a sys.exit in its forward).
@@ -281,9 +283,33 @@ def out_of_threads(error: BaseException) -> bool:
     )
 
 
+# glibc's default thread stack where `ulimit -s` is unlimited (x86-64's; other architectures'
+# are larger): the least a new thread's stack takes.
+_UNLIMITED_STACK = 2 * 2**20
+
+
+def _thread_stack() -> int:
+    """The bytes of address space a new thread's stack takes: Python's `threading.stack_size`
+    where one is set, else glibc's default, `ulimit -s`."""
+    if (size := threading.stack_size()) > 0:
+        return size
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    return _UNLIMITED_STACK if soft == resource.RLIM_INFINITY else soft
+
+
 def threads_limit(also: str = "") -> str:
     """The fix for a process that could not start a thread, the limit named: "ulimit -u 64 is
-    too low: raise it" (`also`: another way out, ", or use --threads 1")."""
+    too low: raise it" (`also`: another way out, ", or use --threads 1"). An address-space
+    limit (`ulimit -v`) that leaves no room for a thread's stack is named instead:
+    pthread_create fails with the same EAGAIN when it cannot map the stack as at the limit on
+    processes, and `serve` under `ulimit -v 260000` blamed pids.max and ulimit -u."""
+    limit = address_limit()
+    stack = _thread_stack()
+    if limit is not None and not room(stack + resource.getpagesize()):  # and its guard page
+        return (
+            f"a memory limit, ulimit -v {limit // 1024}, leaves no room for another thread's "
+            f"{stack / 2**20:g} MiB stack: raise it{also}"
+        )
     soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     # The kernel holds root to no ulimit -u: then another limit, a cgroup's (a container's
     # --pids-limit, systemd's TasksMax) or the kernel's, and naming ulimit -u misled.

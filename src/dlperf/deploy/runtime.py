@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import re
 import warnings
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from dlperf import image_modes
+from dlperf.blas import address_limit, room
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import NoThreads, UserError, not_utf8, out_of_threads, threads_limit
@@ -43,13 +45,14 @@ def session(
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    model = in_memory(path)  # refused here where the memory left cannot hold its weights
     printed = io.StringIO()
     try:
         # ORT prints its failed first try ("EP Error ... Falling back ...") to stdout, the
         # command's data: kept from it, and said as a warning where the CPU then served.
         with contextlib.redirect_stdout(printed):
             made = ort.InferenceSession(
-                in_memory(path),
+                model,
                 options,
                 providers=providers([] if cpu else ort.get_available_providers()),
             )
@@ -66,13 +69,48 @@ def session(
                 f"ONNX Runtime could not start its threads for {path}",
                 threads_limit(", or use --threads 1"),
             ) from None
+        if isinstance(e, MemoryError) or any(words in str(e) for words in ORT_NO_MEMORY):
+            raise NoMemory(
+                f"ONNX Runtime ran out of memory loading {path}", more_memory()
+            ) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
+
+
+# How ONNX Runtime says it ran out of memory making a session: a C++ std::bad_alloc (in a
+# RuntimeException, "Exception during initialization: std::bad_alloc"), or its allocator's words.
+ORT_NO_MEMORY = ("std::bad_alloc", "Failed to allocate memory")
+
+
+class NoMemory(UserError):
+    """A model that the memory left cannot hold (a memory limit's, `ulimit -v`, or the host's):
+    not the input's fault, so exit code 1, but one line all the same."""
+
+    exit_code = 1
+
+
+def more_memory() -> str:
+    """What a model that did not fit needs: the address-space limit raised, named where one is
+    set, else more memory."""
+    limit = address_limit()
+    if limit is None:
+        return "give it more memory"
+    return f"a memory limit, ulimit -v {limit // 1024}, is too low: raise it"
 
 
 # Protobuf serializes no message of 2 GiB or more: a model with its weights over that cannot
 # be handed to ONNX Runtime as one message, and its weights file stays mapped.
 PROTOBUF_LIMIT = 2**31 - 2**20
+# The address space that external weights read into memory need, with the session made of
+# them, as a multiple of their size: in the protobuf, serialized into the bytes handed over,
+# parsed again by ONNX Runtime and made its tensors. Short of about twice their size,
+# protobuf's allocator failed inside onnx's load_external_data_for_tensor and the process
+# died of SIGSEGV, where no line can be said (`infer` and `serve` under ulimit -v 600000 to
+# 900000). Measured (onnx 1.23, onnxruntime 1.32, Linux x86-64): smallcnn at 3x224x224, 378
+# MiB of weights, loaded under ulimit -v 1125000 and not 1100000 from 212,200 KiB mapped
+# before, 2.36 times its weights. Kept: 2.5, which refuses a model a few percent short of
+# what it needed to load rather than let one crash.
+WEIGHTS_ROOM = 2.5
 
 
 def in_memory(path: Path) -> str | bytes:
@@ -81,7 +119,8 @@ def in_memory(path: Path) -> str | bytes:
     external weights file: a write in place (cp, an editor) then changes every answer of a
     running `serve`, and emptying the file kills it with SIGBUS. Read now, the weights are
     those checked at start, whatever the file becomes. A file onnx cannot read is left to
-    ONNX Runtime, whose error `session` reports."""
+    ONNX Runtime, whose error `session` reports. Under an address-space limit that leaves
+    too little room for the weights (WEIGHTS_ROOM), refused in one line (`NoMemory`)."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
@@ -94,15 +133,33 @@ def in_memory(path: Path) -> str | bytes:
             for entry in tensor.external_data
             if entry.key == "location"
         }
-        if not files or path.stat().st_size + sum(f.stat().st_size for f in files) >= (
-            PROTOBUF_LIMIT
-        ):
+        weights = sum(f.stat().st_size for f in files)
+        if not files or path.stat().st_size + weights >= PROTOBUF_LIMIT:
             return str(path)
+    except Exception:  # onnx's own errors (DecodeError, a missing file): ONNX Runtime's say
+        return str(path)
+    check_room(path, weights)
+    try:
         load_external_data_for_model(proto, str(path.parent))
         serialized: bytes = proto.SerializeToString()
         return serialized
-    except Exception:  # onnx's own errors (DecodeError, a missing file): ONNX Runtime's say
+    except Exception:  # a file changed under it, or a MemoryError: ONNX Runtime's error says
         return str(path)
+
+
+def check_room(path: Path, weights: int) -> None:
+    """Refuse the model at `path`, whose external weights are `weights` bytes, where a set
+    address-space limit leaves less room than reading them in needs (WEIGHTS_ROOM). Asked
+    only under a limit: without one, an allocation that fails says so itself."""
+    limit = address_limit()
+    need = math.ceil(weights * WEIGHTS_ROOM)
+    if limit is None or room(need):
+        return
+    raise NoMemory(
+        f"cannot load {path}: less than {need / 2**20:,.0f} MiB of address space is left, "
+        f"which its {weights / 2**20:,.0f} MiB of weights need",
+        more_memory(),
+    )
 
 
 def open_model(

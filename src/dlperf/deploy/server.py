@@ -502,10 +502,13 @@ class _EarlyClosing(h11.Connection):
     def send(self, event: h11.Event) -> bytes | None:  # type: ignore[override]
         early = type(event) is h11.Response and self.their_state is h11.SEND_BODY
         data = super().send(event)
-        if early and data is not None and b"\r\nconnection: close\r\n" not in data.lower():
-            # The head ends in an empty line; h11 writes each header as "name: value\r\n".
-            data = data[:-2] + b"connection: close\r\n\r\n"
+        if early and data is not None:
+            # Marked whether or not the head says so already (a request that said
+            # `Connection: close`, an HTTP/1.0 one): either way the body is unread.
             self.answered_early = True
+            if b"\r\nconnection: close\r\n" not in data.lower():
+                # The head ends in an empty line; h11 writes each header as "name: value\r\n".
+                data = data[:-2] + b"connection: close\r\n\r\n"
         return data
 
 
@@ -514,6 +517,27 @@ def _of_size(headers: Headers) -> str:
     request the server had no memory for; "" where it declares none (chunked)."""
     declared = headers.get("content-length", "")
     return f" of {int(declared):,} bytes" if declared.isdigit() else ""
+
+
+class _AnswersTransport:
+    """The connection's transport as a request's cycle (uvicorn's RequestResponseCycle) uses
+    it, but for its close after an answer sent before the request's body arrived, which
+    lingers instead (`_GuardedH11._linger`). uvicorn closes at once after answering a request
+    that said `Connection: close` (urllib's all do; HTTP/1.0's by default): with the body
+    still arriving, the socket sent a reset that wiped out the 413 or 404 before the client
+    read it."""
+
+    def __init__(self, protocol: _GuardedH11) -> None:
+        self._protocol = protocol
+
+    def close(self) -> None:
+        if self._protocol.conn.answered_early:
+            self._protocol._linger()
+        else:
+            self._protocol.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._protocol.transport, name)
 
 
 class _GuardedH11(H11Protocol):
@@ -599,7 +623,10 @@ class _GuardedH11(H11Protocol):
         (EOF) at once, and what the client still sends read and dropped until it closes, or
         until the read deadline or uvicorn's keep-alive timer (armed by the answer, and no
         longer reset by bytes) runs out. Closed at once, with the body unread, the socket sent
-        a reset that could reach the client before the answer was read."""
+        a reset that could reach the client before the answer was read. Once: the cycle's
+        close (`_AnswersTransport`) and the answer's completion both ask for it."""
+        if self.lingering:
+            return
         self.lingering = True
         if self.transport.can_write_eof():
             with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
@@ -659,6 +686,12 @@ class _GuardedH11(H11Protocol):
             super().handle_events()
         except _Unreadable as unreadable:
             self._unreadable(unreadable)
+        finally:
+            # The cycle of a request just read (made above, its app not yet started) closes
+            # its connection through `_AnswersTransport`.
+            cycle = self.cycle
+            if cycle is not None and not isinstance(cycle.transport, _AnswersTransport):
+                cycle.transport = _AnswersTransport(self)  # type: ignore[assignment]
 
     def _unreadable(self, unreadable: _Unreadable) -> None:
         """Answer a request h11 could not read (`_EarlyClosing`) with the reason, say its
