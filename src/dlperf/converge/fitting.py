@@ -39,7 +39,7 @@ from dlperf.converge.results import (
 from dlperf.errors import UserError
 from dlperf.formatting import spreadsheet_safe
 from dlperf.parsing import parse_pairs
-from dlperf.paths import not_regular, replaced
+from dlperf.paths import not_regular, replaced, writing
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def _table_file(path: Path) -> Iterator[Path]:
     if not_regular(path) not in (None, "a directory"):
         yield path
         return
-    with replaced(Path(os.path.realpath(path))) as tmp:
+    with writing(path), replaced(Path(os.path.realpath(path))) as tmp:
         yield tmp
 
 
@@ -217,13 +217,13 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
     writer = csv.DictWriter(text, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows([{k: spreadsheet_safe(v) for k, v in row.items()} for row in rows])
-    try:
-        # spared once open: a FIFO's open waits for its reader, and is no write to keep whole
-        with _table_file(path) as target, open(target, "w", newline="") as f, stopping.spared():
-            f.write(text.getvalue())
-            f.flush()
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
+    # spared once open: a FIFO's open waits for its reader, and is no write to keep whole. An
+    # OSError names `path` (`_table_file`), told as every refused write is: a file size limit
+    # or a full disk exit 1 with its hint, not 2 as a mistake of the user's ("cannot write
+    # t.csv: File too large", exit 2, before round 47)
+    with _table_file(path) as target, open(target, "w", newline="") as f, stopping.spared():
+        f.write(text.getvalue())
+        f.flush()
 
 
 def predict(

@@ -37,7 +37,7 @@ from dlperf.engine.build import as_run, build_model
 from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
 from dlperf.formatting import few
-from dlperf.paths import not_regular, replaced
+from dlperf.paths import not_regular, replaced, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FINISHED, Record, RunSummary
 from dlperf.store import RunStore
@@ -381,7 +381,7 @@ def _write_pseudo(
             "remove it, and run distill again",
         )
     if _unreadable(path) is not None:  # a truncated one of this name is written again
-        with replaced(path) as part:
+        with writing(path), replaced(path) as part:
             np.savez(part, images=images_np, labels=labels_np, classes=classes_np)
     return path
 

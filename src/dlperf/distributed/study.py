@@ -61,7 +61,7 @@ from dlperf.engine.checks import DRY_BATCH, check_batch_trains
 from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.formatting import few
-from dlperf.paths import replaced
+from dlperf.paths import replaced, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore
 from dlperf.system import system_info, usable_cores
@@ -221,7 +221,7 @@ class Study:
 
             images = self.data.train.images
             assert images is not None  # shard_error refuses streamed data sets first
-            with replaced(path) as part:
+            with writing(path), replaced(path) as part:
                 np.savez(part, images=images.permute(0, 2, 3, 1).numpy(),
                          labels=self.data.train.labels.numpy(), mean=np.array(self.data.mean),
                          std=np.array(self.data.std))  # fmt: skip
