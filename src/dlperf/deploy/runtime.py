@@ -246,6 +246,8 @@ def decode(data: bytes, source: str = "image", *, max_pixels: int | None = None)
             image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:  # Pillow's own cap: twice its MAX_IMAGE_PIXELS
         raise _over_pillows_cap(source, e, max_pixels) from None
+    except MemoryError:  # the machine's, not the file's: infer's out-of-memory line, serve's 507
+        raise
     except Exception as e:
         raise _unreadable(source, e) from None
     width, height = image.size
@@ -258,6 +260,8 @@ def decode(data: bytes, source: str = "image", *, max_pixels: int | None = None)
             if max_pixels is None:
                 warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
             image.load()
+    except MemoryError:  # a decoder's buffer under a memory limit ("not a readable image", exit 2)
+        raise
     except Exception as e:
         raise _unreadable(source, e) from None
     return image
