@@ -40,6 +40,7 @@ from dlperf.store.schema import (
     DELETED_MAX,
     DELETING,
     HOME,
+    HOME_FILE,
     STORE_ID,
     VERSION_KEY,
     Artifact,
@@ -387,6 +388,8 @@ def _not_as_made(context: ExceptionContext) -> bool:
 
 # The tables a repair copies: studies before runs, and runs before the rows that name them.
 COPIED = (Meta, Study, Run, Metric, Artifact, Tag)
+# The meta rows that say whose files `<out_dir>/<store id>/` are: a repaired store keeps them.
+WHOSE_FILES = (HOME, HOME_FILE, COPY_DIR, COPY_FILE)
 
 
 @dataclass
@@ -619,7 +622,7 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                     # The home too: at another path the repaired store is a copy of the
                     # original, whose files `runs delete` keeps; moved in its place, the owner.
                     # So with a copy's own directory and the copy's file it was made for.
-                    if meta and row["key"] not in (STORE_ID, HOME, COPY_DIR, COPY_FILE):
+                    if meta and row["key"] not in (STORE_ID, *WHOSE_FILES):
                         if row["key"] == DELETED_MAX:
                             floor = int(row["value"])
                         continue  # the new store's version and floor are written below
@@ -634,9 +637,7 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                     conn.exec_driver_sql(insert, batch)
             done.store_id = conn.scalar(select(Meta.value).where(Meta.key == STORE_ID))
             if done.store_id is None:  # the store gets a new id: no other store's files are its
-                conn.execute(
-                    Meta.__table__.delete().where(Meta.key.in_((HOME, COPY_DIR, COPY_FILE)))
-                )
+                conn.execute(Meta.__table__.delete().where(Meta.key.in_(WHOSE_FILES)))
             # The files a delete cut short still has to remove: the repaired store's next
             # `runs delete` finishes it, where it owns them (moved in place of the damaged
             # file; beside a live original it is its copy, and `_take` keeps the original's).

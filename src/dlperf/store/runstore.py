@@ -89,6 +89,7 @@ from dlperf.store.schema import (
     DELETED_MAX,
     DELETING,
     HOME,
+    HOME_FILE,
     STORE_ID,
     Artifact,
     Claim,
@@ -1382,6 +1383,46 @@ def _elsewhere(recorded: str | None, here: str) -> Path | str | None:
     return None
 
 
+def _identity(device: int, inode: int) -> str:
+    """A file as meta `home_file` records it: its device and inode, which a rename keeps."""
+    return f"{device}:{inode}"
+
+
+def _store_id_of(path: Path) -> str | None:
+    """The store id of the SQLite file `path`, read only; None for a file that is no store,
+    or cannot be read now. Through its -wal where it has one; without, the file alone
+    (immutable): a read-only connection to a WAL store left a -wal and a -shm beside it."""
+    wal, shm = (path.with_name(path.name + end) for end in WAL_FILES)
+    how = "mode=ro" if wal.exists() and shm.exists() else "immutable=1"
+    with contextlib.suppress(sqlite3.Error):
+        uri = f"file:{quote(str(path))}?{how}"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+            row = conn.execute(f"SELECT value FROM meta WHERE key = '{STORE_ID}'").fetchone()
+            return None if row is None else str(row[0])
+    return None
+
+
+def _renamed(recorded: str, identity: str, here: Path, store_id: str) -> Path | None:
+    """The home store's file renamed (`mv a.db lab.db`, its folder kept): the file of
+    `identity` (the `home_file` its home records), still a store with this id, in
+    the folder of the `recorded` path or in this store's. Not looked for further: where it
+    is not found, the store at hand takes the files over as from a home deleted."""
+    for folder in dict.fromkeys((Path(recorded).parent, here.parent)):
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                # The inode is the directory entry's own, free; the device costs a stat.
+                if not identity.endswith(f":{entry.inode()}"):
+                    continue
+                with contextlib.suppress(OSError):
+                    stat = entry.stat(follow_symlinks=False)
+                    same = _identity(stat.st_dev, stat.st_ino) == identity
+                    found = Path(entry.path)
+                    ours = same and entry.is_file(follow_symlinks=False)
+                    if ours and _store_id_of(found) == store_id:
+                        return found
+    return None
+
+
 def _server_place(engine: Engine) -> str | None:
     """Where a PostgreSQL store lives, as its `home` records it: the server (its system
     identifier), the database and the schema of its tables, by oid. A copy (CREATE DATABASE
@@ -2118,7 +2159,7 @@ class RunStore:
             home, name, made_for = (_meta(s, key) for key in (HOME, COPY_DIR, COPY_FILE))
             if name is not None and made_for == here:
                 return name
-            if name is None and self._elsewhere(s, home) is None:
+            if name is None and self._home_elsewhere(s, home) is None:
                 return self.id
         with self._writing() as s:
             return self._copy_dir(s, make=True) or self.id
@@ -2148,6 +2189,23 @@ class RunStore:
                 return None
             return _server_elsewhere(s, recorded, self._server)
         return None
+
+    def _home_elsewhere(self, s: Session, home: str | None) -> Path | str | None:
+        """The store the `home` recorded names while it is another one than this and still
+        there (`_elsewhere`), or, its path gone, its file renamed (`_renamed`): a backup made
+        before the original was renamed took the path gone for its own store moved, deleted
+        the original's checkpoints and wrote its next runs into the original's `run-<id>/`.
+        None when the home is this store, moved or not, or was deleted."""
+        original = self._elsewhere(s, home)
+        if original is not None or self._file is None or home is None:
+            return original
+        here = self._file.path
+        identity = _meta(s, HOME_FILE)
+        if identity is None or identity == _identity(self._file.device, self._file.inode):
+            return None  # recorded by an older dlperf, or this very file: the home
+        if _read_place(home) is not None or os.path.lexists(home):
+            return None  # a server's place, or this file by another name (`_elsewhere`)
+        return _renamed(home, identity, here, self.id)
 
     def _copy_dir(self, s: Session, make: bool) -> str | None:
         """The directory of this store's own under an out_dir while it is, or once was, a
@@ -2305,16 +2363,22 @@ class RunStore:
         files under `<out_dir>/<store id>/` are the original's, and deleting a run in the copy
         must not remove them. None for the store that owns them, which this records as their
         home when none is recorded yet or the recorded store is gone (the store was moved, or
-        its original deleted)."""
+        its original deleted). A SQLite home is recorded with its file's identity
+        (`HOME_FILE`), by which a copy tells its original renamed from one gone
+        (`_home_elsewhere`)."""
         here = self._here()
         if here is None:
             return None
         home = _meta(s, HOME)
-        original = self._elsewhere(s, home)
+        original = self._home_elsewhere(s, home)
         if original is not None:
             return original
         if home != here:
             _put_meta(s, HOME, here)
+        if self._file is not None:
+            identity = _identity(self._file.device, self._file.inode)
+            if _meta(s, HOME_FILE) != identity:  # a new home, or one recorded before
+                _put_meta(s, HOME_FILE, identity)
         return None
 
     def _next_id(self, s: Session) -> int | None:

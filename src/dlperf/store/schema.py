@@ -36,6 +36,10 @@ DELETING = "deleting_run_"
 # The SQLite file whose artifact directory <out_dir>/<store id>/ is: a byte copy of the file
 # carries the same store id, and must not delete the original's files (RunStore.delete_runs).
 HOME = "home"
+# The home's file as "<device>:<inode>", recorded with it: a home path gone is the store moved
+# (renamed in place, its folder moved) only for that file; another store with the id (a backup)
+# is a copy while a file of that identity is still there (RunStore._copy_of).
+HOME_FILE = "home_file"
 # A byte copy of a store whose original is still there writes its new runs under a directory of
 # its own, `<store id>-<token>` (COPY_DIR), recorded with the copy's file (COPY_FILE), so that a
 # copy of the copy makes its own too (`RunStore._copy_dir`).
