@@ -16,7 +16,11 @@ from dlperf.study_stop import StudyStop
 
 
 def _params(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
+    """A point's values as its run's name writes them, as --set takes them (`setting`); written
+    as Python, they were augment.flip=False, {'x': 1}, "s p"=a b, and e= for an empty text."""
+    from dlperf.store.query import setting
+
+    return " ".join(f"{k}={setting(v)}" for k, v in params.items())
 
 
 def _accuracy(group: dict[str, Any]) -> str:
@@ -50,6 +54,8 @@ def _elapsed_header(result: Any) -> str:
 
 
 def _print_summary(result: Any, sort: str | None) -> None:
+    from dlperf.store.query import setting
+
     repeats = max((g["repeats"] for g in result.groups), default=1)
     spread = "; mean ± std (min-max) over repeats" if repeats > 1 else ""
     order = f", shown by {sort}" if sort is not None else ""
@@ -78,7 +84,7 @@ def _print_summary(result: Any, sort: str | None) -> None:
         "best point per axis value (winner first)",
         ["axis", "value", "test acc", "best point", ""],
         [
-            [axis, fmt(v["value"]), v["test_accuracy"], _params(v["params"]),
+            [axis, setting(v["value"]), v["test_accuracy"], _params(v["params"]),
              "winner" if i == 0 else ""]
             for axis, verdict in result.axis_winners.items()
             for i, v in enumerate(verdict["values"])

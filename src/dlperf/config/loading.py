@@ -4,6 +4,7 @@ flags are typed values assigned to the keys of their names (`shortcuts`)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sys
@@ -246,6 +247,10 @@ def _assign_parts(raw: dict[str, Any], parts: list[str], key: str, value: Any, w
         if not isinstance(node, dict):
             raise UserError(f"{where}: {quoted(key)}: {quoted(part)} is a value, not a section")
     old = node.get(parts[-1])
+    # A copy: a sweep gives every point the same axis value, and a later key within it (an
+    # axis "model.kwargs.t.x" after "model.kwargs.t") would write into that one object, every
+    # point's config and label then the last point's (kwargs stay a dict in the experiment).
+    value = copy.deepcopy(value)
     if isinstance(value, dict) and isinstance(old, dict):
         node[parts[-1]] = {**old, **value}
     else:
