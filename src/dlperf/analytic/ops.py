@@ -377,6 +377,10 @@ HANDLERS: dict[str, Handler] = {
     "max": per_input(ELEMENTWISE),
     "min": per_input(ELEMENTWISE),
     "argmax": per_input(ELEMENTWISE),
+    # Boolean reductions, one compare per element as amax: torch's own check that a mask is
+    # causal (a Transformer layer's _detect_is_causal_mask) calls aten.all on it
+    "all": per_input(ELEMENTWISE),
+    "any": per_input(ELEMENTWISE),
     "linalg_vector_norm": per_input(2),  # square and add
     "var": per_input(3),
     "var_mean": per_input(4),
@@ -525,6 +529,7 @@ IGNORED: frozenset[str] = frozenset(
         "repeat",
         "masked_select",
         "_pack_padded_sequence",
+        "_nested_tensor_from_mask_left_aligned",  # a padding mask's layout checked: no arithmetic
         "select_backward",
         "slice_backward",
         "upsample_nearest1d",
