@@ -1718,26 +1718,35 @@ def _seed(seed: int | None) -> None:
         seed_generators(seed)
 
 
-_NESTED_NOTICE = {"spent": False}
+_NOTICES_SPENT = {"nested": False, "projected": False}
 
 
-def _nested_notice_spent() -> None:
-    """torch's notice that its nested tensors are "in prototype stage", said once in this
-    process where nobody hears it, before any model is built. An nn.TransformerEncoder (its
-    enable_nested_tensor defaults to True) given a padding mask in eval mode makes one on its
-    fast path, and torch's raw two-line UserWarning, naming its own transformer.py, came out
-    of run's evaluation, export's parity and infer bench's torch eager: about torch's
-    internals, nothing the model's code asked for. torch says it once a process (a
-    TORCH_WARN_ONCE in C++), so one tiny nested tensor made here under a filter spends it;
-    torch._C._set_warnAlways(True) still hears it (analyze's count never takes that path).
-    Tried again at the next build where it failed (a torch without it, a mode of torch's)."""
-    if _NESTED_NOTICE["spent"]:
+def _torch_notices_spent() -> None:
+    """torch's once-a-process notices about its own internals, said where nobody hears them,
+    before any model is built: that its nested tensors are "in prototype stage" (an
+    nn.TransformerEncoder, enable_nested_tensor by default, given a padding mask in eval mode
+    makes one on its fast path), and that an "LSTM with projections is not supported with
+    oneDNN" (an nn.LSTM with proj_size on a CPU). Their raw two-line UserWarnings came out of
+    run's training or evaluation, export's parity, predict --measure and infer bench: about
+    torch's internals, nothing the model's code asked for. torch says each once a process (a
+    TORCH_WARN_ONCE in C++), so a tiny tensor or LSTM made here under a filter spends it;
+    torch._C._set_warnAlways(True) still hears them (analyze's count takes neither path). Each
+    is tried again at the next build where it failed (a torch without it, a mode of torch's)."""
+    if all(_NOTICES_SPENT.values()):
         return
     mask = torch.ones(1, 1, dtype=torch.bool, device="cpu")  # not a meta build's device
-    with warnings.catch_warnings(), contextlib.suppress(Exception):
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch._nested_tensor_from_mask(torch.zeros(1, 1, 1, device="cpu"), mask, mask_check=False)
-        _NESTED_NOTICE["spent"] = True
+        with contextlib.suppress(Exception):
+            torch._nested_tensor_from_mask(
+                torch.zeros(1, 1, 1, device="cpu"), mask, mask_check=False
+            )
+            _NOTICES_SPENT["nested"] = True
+        # fork_rng: the LSTM's initial weights draw from torch's generator, which a build after
+        # this one (unseeded, a factory_seed of None) must find as it was
+        with contextlib.suppress(Exception), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            nn.LSTM(1, 2, proj_size=1, device="cpu")(torch.zeros(1, 1, 1, device="cpu"))
+            _NOTICES_SPENT["projected"] = True
 
 
 def create_model(
@@ -1758,7 +1767,7 @@ def create_model(
     factory returning it) drew its weights from wherever torch's RNG stood, and the same
     run.seed gave other weights each time. The file and the modules beside it that it imports
     run again at each call (`_forget_neighbours`), each seeded so, a sweep's points alike."""
-    _nested_notice_spent()
+    _torch_notices_spent()
     sized = {"num_classes": num_classes} if num_classes is not None else {}
     kwargs = fresh(kwargs)
     if is_file_spec(name):
