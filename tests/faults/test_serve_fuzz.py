@@ -406,7 +406,10 @@ def test_streamed_body_over_the_limit_is_413(target: Target) -> None:
 
 
 def test_a_client_that_hangs_up_is_no_server_error(target: Target) -> None:
-    """It sends half the body it announced and closes: 499 in the metrics, not 500."""
+    """It sends half the body it announced and closes: 400 in the metrics (the request cut
+    short by the client's end of sending, as nginx counts it), not 500. 499 before round 48,
+    which took the end of sending for a close before the answer (fixer G4)."""
+    before = server_statuses(target)[400]
     host, port = target.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(
@@ -414,9 +417,9 @@ def test_a_client_that_hangs_up_is_no_server_error(target: Target) -> None:
             + b'{"inputs": ['
         )
         sock.shutdown(socket.SHUT_WR)
-    target.statuses[499] += 1
+    target.statuses[400] += 1
     deadline = time.monotonic() + 30
-    while not server_statuses(target)[499]:
+    while server_statuses(target)[400] == before:
         assert time.monotonic() < deadline, "the abandoned request was never counted"
         time.sleep(0.02)
 

@@ -23,12 +23,14 @@ before its request's body arrived (a 413 for a Content-Length over the limit, a 
 `Connection: close` and ends the connection, with no second answer; so does a request with both
 Content-Length and Transfer-Encoding, answered 400. A request asking to upgrade
 its connection (h2c, websocket) is answered as HTTP/1.1, said once per server. A server out of
-files says so once, and again when it accepts connections again (`_AcceptWatch`).
+files says so once, and again when it accepts connections again (`_AcceptWatch`). A client
+that half-closes after its request still gets the answer (`_GuardedH11.eof_received`).
 
 This module puts the server together and runs it (start, drain, the signal it stopped on);
 the parts live beside it: `served_model` (the session and its description), `protocol`
 (the v2 codec), `routes` (the endpoints), `images` (what /predict decodes),
-`serve_metrics` (Prometheus metrics and the statistics) and `batcher`.
+`serve_metrics` (Prometheus metrics and the statistics), `serve_log` (the log lines,
+written by a thread of their own) and `batcher`.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher, start_threads
 from dlperf.deploy.images import DECODE_THREADS
 from dlperf.deploy.routes import Serving, add_routes
+from dlperf.deploy.serve_log import unblocked
 from dlperf.deploy.serve_metrics import (
     ANSWERED,
     CONNECTION_ROUTE,
@@ -484,11 +487,19 @@ class _EarlyClosing(h11.Connection):
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         in_head = self.their_state is h11.IDLE
+        # What the buffer held before: a Request event takes its whole head out of it.
+        buffered = len(self._receive_buffer) if in_head else 0
         try:
             event = super().next_event()
         except h11.RemoteProtocolError as error:
             raise _refusal(error, in_head, self.head_limit) from error
         if type(event) is h11.Request:
+            # h11's limit holds only for a head still incomplete in its buffer: one that
+            # arrived whole in one read (asyncio reads up to 256 KiB) was parsed whatever
+            # its size, and a 100 KB head answered 200. Measured whole, as it arrived.
+            if buffered - len(self._receive_buffer) > self.head_limit:
+                too_long = h11.RemoteProtocolError("Receive buffer too long", error_status_hint=431)
+                raise _refusal(too_long, True, self.head_limit)
             names = {name for name, _ in event.headers}
             if {b"content-length", b"transfer-encoding"} <= names:
                 raise _Unreadable(
@@ -568,6 +579,7 @@ class _GuardedH11(H11Protocol):
         self.arriving_since = time.perf_counter()  # when the request under way began to arrive
         self.stopping: asyncio.TimerHandle | None = None  # the stop, waiting for bytes to be read
         self.refused = False  # answered 503 over the cap: lingering, not one of those served
+        self.client_done = False  # the client has ended its sending (`eof_received`)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -611,12 +623,33 @@ class _GuardedH11(H11Protocol):
         if self.deadline is None:  # what ends the connection if the client does not
             self._arm()
 
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's own type
+        """The client's end of sending (a FIN: `shutdown(SHUT_WR)`, `nc -N`, some proxies),
+        not of reading: a request that had arrived whole is served and its answer sent, then
+        the connection closed (`on_response_complete`). uvicorn let asyncio close at once, and
+        the answer was lost, counted 499. A request cut short by it (its head, or its body) is
+        answered 400 with h11's reason; an idle or lingering connection closes, as before."""
+        self.client_done = True
+        if self.lingering:
+            return None  # answered already: the client's end is what it waited for
+        state = self.conn.their_state
+        if state is h11.SEND_BODY or (state is h11.IDLE and self.conn.trailing_data[0]):
+            self.conn.receive_data(b"")  # h11 refuses the cut request: `_unreadable` answers
+            self.handle_events()
+            return None  # closed once the answer is written
+        cycle = self.cycle
+        return True if cycle is not None and not cycle.response_complete else None
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self.conn.answered_early and not self.transport.is_closing():
             self._linger()
             return
         self._follow()  # a pipelined request may already be arriving
+        cycle = self.cycle
+        if self.client_done and (cycle is None or cycle.response_complete):
+            # Nothing more can come on a connection its client ended (`eof_received`).
+            self.transport.close()
 
     def _linger(self) -> None:
         """End a connection whose answer came before its request's body: the answer's end said
@@ -903,9 +936,13 @@ def serve_forever(
     server = _DrainingServer(
         uvicorn_config(app, read_timeout_s, max_connections), app.state.batcher
     )
-    try:
-        server.run(sockets=[sock])
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    # Its log lines written by a thread of their own: a stderr nobody reads blocked the loop
+    # in a write, and neither requests nor stop signals were heard again. Waited for after
+    # the handlers are put back, so that a further stop signal ends the wait.
+    with unblocked():
+        try:
+            server.run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     return server.first_signal or (stopped_by[0] if stopped_by else None)
