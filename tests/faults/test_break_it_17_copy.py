@@ -54,7 +54,8 @@ def test_a_checkpoint_past_the_stored_epochs_is_refused(
         result,
         2,
         f"run {run_id}'s checkpoint holds 2 trained epochs, but this store has 1 of them: "
-        "another store that names the same files (a copy made by cp or runs repair) resumed it",
+        "another store that names the same files (a copy made by cp or runs repair, or the "
+        "original this store is a copy of) trained it on",
     )
     assert store.get_run(run_id).status == "killed"
     assert store.last_step(run_id, "epoch/train_loss") == 1

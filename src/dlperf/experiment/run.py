@@ -199,7 +199,8 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     reporter = reporter or NullReporter()
     stored = store.get_run(run_id)
     _check_resumable(stored)
-    refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
+    # At once, before the data loads; again when taking over.
+    refusal = writer_refusal(stored, store.writes_elsewhere(stored))
     if refusal is not None:
         raise refusal
     exp = stored_experiment(stored.config, f"run {run_id}")
@@ -292,7 +293,7 @@ def _check_not_ahead(store: RunStore, run_id: int, trained: int) -> None:
         raise UserError(
             f"run {run_id}'s checkpoint holds {trained} trained epochs, but this store has "
             f"{stored} of them: another store that names the same files (a copy made by cp or "
-            "runs repair) resumed it",
+            "runs repair, or the original this store is a copy of) trained it on",
             "resume it in that store, or start it again here",
         )
 

@@ -1665,15 +1665,24 @@ def _same(column: Any, value: Any) -> Any:
     return column.is_(None) if value is None else column == value
 
 
-def writer_refusal(run: RunRecord) -> UserError | None:
+def writer_refusal(run: RunRecord, elsewhere: str | None = None) -> UserError | None:
     """Why this process may not become the writer of `run`: it finished, or it is running
-    in a process that lives (or lives on another host, where that cannot be told)."""
+    in a process that lives (or lives on another host, where that cannot be told).
+    `elsewhere`: the store that process writes, of which this store is a copy
+    (`RunStore.writes_elsewhere`): the run is that store's, and to wait for it or stop it
+    (the original's run) was no advice."""
     if run.status == "finished":
         return UserError(f"run {run.id} already finished", "start a new run instead")
     if run.status != RUNNING:
         return None
     process = run.process or {}
     who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
+    if elsewhere is not None:
+        return UserError(
+            f"run {run.id} runs{who}, which writes {elsewhere} (this store is a copy of it): "
+            "it is that store's run, and trains on there",
+            "see it in that store; to train it in this one, start it again here",
+        )
     return UserError(
         f"run {run.id} is running{who}: one process writes a run at a time",
         "wait for it to end, or stop it; a run whose process is gone can be resumed",
@@ -2345,6 +2354,10 @@ class RunStore:
         recorded = (run.process or {}).get("store")
         if not isinstance(recorded, str):
             return None
+        if self._here() is None:  # a reader (doctor, report): its SQLite file, as a writer's
+            path = integrity.store_file(self.engine)
+            other = _elsewhere(recorded, str(path)) if path is not None and path.is_file() else None
+            return None if other is None else str(other)
         with Session(self.engine) as s:
             other = self._elsewhere(s, recorded)
         return None if other is None else str(other)
@@ -2679,7 +2692,7 @@ class RunStore:
             run = _stored_run(s, run_id)
             owner, status, ended = run.owner, run.status, run.ended
             record = _record(run)
-        refusal = writer_refusal(record)
+        refusal = writer_refusal(record, self.writes_elsewhere(record))
         if refusal is not None:
             raise refusal
         me = this_process()
@@ -2708,7 +2721,7 @@ class RunStore:
         is this process's now, else the process that holds it. A claim whose process is gone
         is taken over (compare-and-set on its owner, as `take_over`). A claim is kept after
         its point ends: the caller checks that the point did not finish meanwhile."""
-        me = _owner(this_process())
+        me = _owner(self._writer_record(this_process()))
         where = (Claim.study_id == study_id, Claim.key == key)
         with self._writing() as s:
             try:
@@ -2717,10 +2730,20 @@ class RunStore:
             except IntegrityError:
                 pass
             held = s.scalars(select(Claim.owner).where(*where)).one()
-            if held != me and process_alive(json.loads(held)) is False:
+            if held != me and self._claim_free(s, json.loads(held)):
                 s.execute(update(Claim).where(*where, Claim.owner == held).values(owner=me))
                 held = s.scalars(select(Claim.owner).where(*where)).one()
         return None if held == me else json.loads(held)
+
+    def _claim_free(self, s: Session, holder: dict[str, Any]) -> bool:
+        """Whether a point's claim by `holder` (a process, with the store it writes) is free to
+        take: its process is gone, or it writes another store, of which this one is a copy
+        (copied while that sweep ran): it never trains the point here, and a copy's sweep
+        skipped the point for good, "pid N runs it"."""
+        if process_alive(holder) is False:
+            return True
+        recorded = holder.get("store")
+        return isinstance(recorded, str) and self._elsewhere(s, recorded) is not None
 
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
