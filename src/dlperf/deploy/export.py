@@ -941,6 +941,22 @@ def _publish(staged: Path, out: Path) -> None:
                 target.unlink()
 
 
+def _refuse_projected_lstms(model: nn.Module, name: str) -> None:
+    """An nn.LSTM with proj_size, refused before the export: ONNX's LSTM has no projection.
+    The dynamo exporter wrote one anyway, its initial_c of the projection's size, which ONNX
+    Runtime refused at the parity check ("Input initial_c must have shape {1,1,4}", exit 1,
+    with a batch-size hint under --dynamic-batch); the TorchScript exporter refused it in its
+    own words."""
+    for path, module in model.named_modules():
+        if isinstance(module, nn.LSTM) and module.proj_size > 0:
+            raise UserError(
+                f"model '{name}' cannot be exported to ONNX: its nn.LSTM "
+                f"'{path or type(model).__name__}' has proj_size={module.proj_size}, which "
+                "ONNX's LSTM operator cannot express",
+                "drop proj_size and follow the LSTM with an nn.Linear of that size",
+            )
+
+
 def export(
     source: Source,
     out: Path,
@@ -970,6 +986,7 @@ def export(
             f"warning: the model takes {meta.preprocess.channels} channels: `dlperf infer` and "
             "/predict refuse image files for it (they give 1 to 4); send it arrays"
         )
+    _refuse_projected_lstms(model, meta.model)
     # A batch of 2 for a dynamic batch: the dynamo exporter specialises 1 to a constant.
     batch = 2 if dynamic_batch else 1
     with torch.no_grad():  # refused before the export, which takes a while
