@@ -46,3 +46,18 @@ def settle_std_streams() -> None:
     made = sys.stdout
     if made is sys.__stdout__ and isinstance(made, io.TextIOWrapper) and _raises_on_lacking(made):
         made.reconfigure(errors="backslashreplace")
+
+
+def unread(stream: object) -> bool:
+    """Whether `stream` is a pipe (or socket, terminal) with no room for a write now: its reader
+    does not read. False where that cannot be asked (a test's capture, a platform without
+    poll)."""
+    import select
+
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    poller.register(fd, select.POLLOUT)
+    return not poller.poll(0)

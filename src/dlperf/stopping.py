@@ -24,7 +24,9 @@ same way wherever they land.
   start, a stop's cleanup) a signal waits and is raised as the block ends, so no write is cut
   in half, no run or child is made without its owner knowing, and a second Ctrl-C does not
   cut the first one's cleanup short. Outside them every signal raises, so that a stop that a
-  library swallowed (a bare `except:` around an import) is not lost.
+  library swallowed (a bare `except:` around an import) is not lost. A `stoppable()` line
+  inside one (an epoch's line, after its rows and checkpoint) is cut by a signal at once: a
+  stderr nobody reads must not hold the stop off.
 - A `spared()` block (what a stopped command says last: `run`'s resume hint, read from the
   store; a --json document's write, `console.print_json`) holds one signal as a shielded one
   does, but a user who insists gets out: the next signal raises at once, so that a store that
@@ -355,6 +357,28 @@ class unshielded:
             _state.spared = self.spared
 
 
+class stoppable:
+    """A line of output inside a shielded block (an epoch's `epoch E/N` line, once its rows and
+    checkpoint are stored): a stop signal that lands while it is written raises at once, as
+    outside the block, so a reader that never reads (stderr a full pipe nobody drains) holds
+    no stop off: every signal but SIGKILL waited on the write, and the run was left `lost`. A
+    signal that waited in the block before is still raised at the block's end, once the line
+    is said. A progress line is output, not a store write: it may be cut."""
+
+    def __enter__(self) -> None:
+        self.saved: int | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self.saved, _state.shields = _state.shields, 0
+        self.spared, _state.spared = _state.spared, False
+        self.pending, _state.pending = _state.pending, False  # kept for the block's end
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            _state.shields, _state.spared = self.saved, self.spared
+            _state.pending = _state.pending or self.pending
+
+
 def settle() -> None:
     """The command's outcome is decided before it has returned (`dlperf run` once its run is
     stored finished): a stop signal from here on is ignored, as once a command has returned,
@@ -364,6 +388,12 @@ def settle() -> None:
     _state.settled = True
     _state.pending = False
     _state.received = None
+
+
+def settled() -> bool:
+    """Whether the command has settled its outcome (`settle`): a stop now ends only its output
+    (a study's stop line, "continue it ...", is not to be said of a study that is whole)."""
+    return _state.settled
 
 
 def exit_code(code: int) -> int:

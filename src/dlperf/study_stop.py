@@ -9,6 +9,7 @@ import sys
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from dlperf.stopping import settled
 from dlperf.store.urls import masked_words
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ class StudyStop:
                 del self.store.create_study  # the class's own again
             else:
                 self.store.create_study = self.found  # type: ignore[method-assign,assignment]
-        if isinstance(error, KeyboardInterrupt) and self.store is not None:
+        # Not once the study settled (`stopping.settle`): a second stop then cut its output
+        # only, and its line said to continue a study with nothing left to run.
+        if isinstance(error, KeyboardInterrupt) and self.store is not None and not settled():
             # Any error now is the stop's consequence (dlperf.errors.interrupted): the line is
             # left out, the stop goes on.
             with contextlib.suppress(Exception):

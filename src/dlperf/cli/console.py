@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, redirect_stdout, suppress
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlperf import stopping
+from dlperf.cli.stderr import Stderr
 from dlperf.formatting import as_written, fmt
 from dlperf.parsing import finite_json, one_line
 from dlperf.std_streams import settle_std_streams
@@ -39,26 +40,13 @@ def _line_width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
-class _Stderr(Console):
-    """stderr's, its reader gone (`dlperf run ... 2>&1 | head -1`): rich raised SystemExit(1),
-    stored as the model's sys.exit, and put /dev/null over stdout, losing the results. Progress
-    is optional: it goes quiet, stderr on /dev/null (no later write meets the closed pipe)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        with suppress(OSError, ValueError):  # no descriptor: a test's capture
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self.file.fileno())
-            os.close(null)
-
-
 # No markup: what is printed is data (a run's name, a path), never rich's [style] tags.
 out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
 # soft_wrap: what goes to stderr is lines (a warning, a note, a progress line, a path), each
 # one line at any width; rich broke them at the width (160 in a log, COLUMNS, a terminal's),
 # so `grep warning:` got half of the library's warnings (RichReporter.log). A terminal folds a
 # long line itself, and the live bar is a table that keeps to the width as before.
-err = _Stderr(
+err = Stderr(
     stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr), soft_wrap=True
 )
 err_line = functools.partial(err.print, soft_wrap=True)  # one line at any terminal width

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dlperf import stopping
 from dlperf.config import ScaleJob
 from dlperf.distributed.planning import Point, check_names, plan
 from dlperf.distributed.study import Study, StudyResult
@@ -116,4 +117,5 @@ def find_max_batch(
         else:
             reason, detail = "last_size", f"every size from {sizes[0]} to {sizes[-1]} fitted"
     result = replace(study.result(), max_per_worker_batch=largest)
+    stopping.settle()  # every size is stored: one stop now does not unsay it (run_study's)
     return MaxBatchResult(result, reason, batch, detail)

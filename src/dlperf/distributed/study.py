@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from dlperf import stopping
 from dlperf.config import ScaleJob
 from dlperf.data.augment import check_augment
 from dlperf.distributed.contracts import PointRow, PointSummary, RankResult, WorkerSpec, read_ranks
@@ -546,7 +547,12 @@ def run_study(
                 if opts.on_failure == "stop":
                     break
                 failed.add(index)
-    return study.result()
+    result = study.result()
+    # Every point is stored: the study's outcome is decided, and one stop from now on (as its
+    # figures are drawn, its document printed) does not unsay it, as `dlperf run`'s stored
+    # run exits 0; a second one ends what is left, 128 + the first (it exited 143).
+    stopping.settle()
+    return result
 
 
 def twins(points: Sequence[Point], steps: Callable[[Point], int]) -> dict[int, int]:

@@ -468,7 +468,8 @@ class EpochReport(Component):
     """As each epoch ends: its clock stopped, the device's utilization read, `evaluate` run,
     the epoch's rows written, `after` (its checkpoint) run and its line said. The last three
     are shielded from a stop signal, which takes effect once the line is said: an epoch whose
-    rows are stored has its checkpoint, and one whose line was said is never lost."""
+    rows are stored has its checkpoint, and one whose line was said is never lost. A signal
+    that lands while the line itself is written cuts it (`stopping.stoppable`)."""
 
     state: Progress
     clock: EpochClock
@@ -517,7 +518,10 @@ class EpochReport(Component):
             self.sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in phases])
             if self.after is not None:
                 self.after()
-            self.reporter.log(line)
+            # Output, not a store write: a stop while it waits on a stderr nobody reads (a
+            # full pipe) cuts it, and the run is marked killed; held, only SIGKILL ended it.
+            with stopping.stoppable():
+                self.reporter.log(line)
 
     def evaluated(self) -> dict[str, float]:
         """`evaluate`'s metrics (`judged`)."""

@@ -1,0 +1,34 @@
+"""The console of stderr (`console.err`): progress, warnings and errors, and how it goes quiet
+when its reader is gone or does not read."""
+
+from __future__ import annotations
+
+import os
+from contextlib import suppress
+from typing import Any
+
+from rich.console import Console
+
+from dlperf.std_streams import unread
+
+
+class Stderr(Console):
+    """stderr's, its reader gone (`dlperf run ... 2>&1 | head -1`): rich raised SystemExit(1),
+    stored as the model's sys.exit, and put /dev/null over stdout, losing the results. Progress
+    is optional: it goes quiet, stderr on /dev/null (no later write meets the closed pipe)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with suppress(OSError, ValueError):  # no descriptor: a test's capture
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self.file.fileno())
+            os.close(null)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """A stop signal while a line waits on a reader who does not read (a full pipe): it
+        goes quiet too, or the stopped command's last line (run's resume hint) waited as long."""
+        try:
+            super().print(*objects, **kwargs)
+        except KeyboardInterrupt:
+            self.quiet = self.quiet or unread(self.file)
+            raise
