@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from dlperf import clocks
+from dlperf import clocks, stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
 from dlperf.formatting import fmt
@@ -152,6 +152,9 @@ def sweep(
         from dlperf.report.sweep import sweep_figures
 
         plots = [str(p) for p in sweep_figures(store, result)]
+        # Every point is stored and its figures drawn: one stop from here does not unsay the
+        # sweep (exit 0, not 143 with a "continue it" line), as `run`'s once its run is stored
+        stopping.settle()
         if not console.printed_json(
             as_json, {"spread": SPREAD, **dataclasses.asdict(result), "plots": plots}
         ):
