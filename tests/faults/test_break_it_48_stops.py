@@ -34,24 +34,12 @@ import pytest
 
 from dlperf import stopping
 from dlperf.cli import console
-from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_41_signals import _status
+from tests.faults.test_break_it_48_serve import fill
 
 BLOCKED_S = 120  # the run's start (data loaded, model built) on a busy machine
 STOPPED_S = 60  # from the signal to the command's end: it marks the run and exits
-
-
-def _fill(w: int) -> None:
-    """Fill the pipe of write end `w` (left blocking, as a log pipe is: its writer waits)."""
-    # A description of its own, non-blocking: `w`'s flags are the command's too.
-    own = os.open(f"/proc/self/fd/{w}", os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        while True:
-            os.write(own, b"#" * 4096)
-    except BlockingIOError:
-        pass
-    finally:
-        os.close(own)
 
 
 def _writing_to(tid: int, fd: int) -> bool:
@@ -74,7 +62,7 @@ def _stopped_while_blocked(
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)  # a page: quick to fill
     if not after:
-        _fill(w)
+        fill(w)
     stream = open(w, "w", buffering=1)  # noqa: SIM115 (closed below, after the command)
     monkeypatch.setattr(console.err, "_file", stream)  # rich's: `file` falls back to stderr
     monkeypatch.setattr(console.err, "quiet", False)  # put back after
@@ -87,7 +75,7 @@ def _stopped_while_blocked(
         while after and after.encode() not in said:
             said += os.read(r, 65536)  # the command's lines up to `after`
         if after:
-            _fill(w)
+            fill(w)
         while not _writing_to(main.native_id or 0, w):
             if done.is_set() or time.monotonic() > deadline:
                 seen.append("never blocked")
@@ -115,14 +103,6 @@ def _drain(r: int) -> None:
     """Read the pipe to its end (its writer closed), so that a held write goes on."""
     while os.read(r, 65536):
         pass
-
-
-def _status(db: str, run_id: int) -> str:
-    store = RunStore.open(db)
-    try:
-        return store.get_run(run_id).status
-    finally:
-        store.engine.dispose()
 
 
 def test_a_stop_ends_a_run_blocked_on_its_epoch_line(
