@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from dlperf import stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store, set_option
 from dlperf.formatting import scaled
@@ -121,6 +122,9 @@ def distill(
             result = run_distill(job, store, resume, new, rep)
         figure = distill_figure(result)
         plots = [str(figure)] if figure is not None else []
+        # Every stage is stored and its figure drawn: one stop as it prints does not unsay it
+        # (exit 0, no "continue it" line), as a sweep's (round 49)
+        stopping.settle()
         if not console.printed_json(as_json, result.to_dict() | {"plots": plots}):
             _print_summary(result, plots)
     if result.error:

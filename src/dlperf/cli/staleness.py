@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from dlperf import stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
 from dlperf.errors import UserError
@@ -143,6 +144,7 @@ def _train_staleness(
     curves = {mode: run.val_acc1 for mode, run in trained.items()}
     plot_staleness(figure, curves, trained["async"].staleness_histogram)
     store.add_artifact(trained["async"].run_id, "figure", figure)
+    stopping.settle()  # both runs stored, the figure drawn: one stop as it prints does not count
     if console.printed_json(as_json, result.to_dict() | {"figure": str(figure)}):
         return
     console.print_table(
