@@ -2376,7 +2376,12 @@ _NPZ_KEYS = ("images", "labels", "classes")
 # unpickling, and that can run any code): pandas hands over names and labels as objects.
 _UNPICKLED = {
     "images": "save them as numpy.asarray(images, dtype=numpy.uint8)",
-    "labels": "save them as numpy.asarray(labels, dtype=numpy.int64)",
+    # An object array may hold names ("cat"), which a cast to int64 refuses: both ways told
+    "labels": (
+        "save numbers as numpy.asarray(labels, dtype=numpy.int64); names as classes, labels = "
+        "numpy.unique(numpy.asarray(labels, dtype=str), return_inverse=True), then save "
+        "classes=classes, labels=labels"
+    ),
     "classes": "save the names as numpy.array(names, dtype=str)",
 }
 
