@@ -24,6 +24,18 @@ from tests.conftest import CliResult
 __all__ = ["sweep_file", "swept"]  # the fixtures, used by name
 
 
+def stopped_as_printed(monkeypatch: pytest.MonkeyPatch, stops: int) -> None:
+    """`stops` SIGTERMs the process sends itself as the command prints its --json document."""
+    printed = console.printed_json
+
+    def signalled(as_json: bool, document: Any) -> bool:
+        for _ in range(stops):
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, in this frame
+        return printed(as_json, document)
+
+    monkeypatch.setattr(console, "printed_json", signalled)
+
+
 @pytest.mark.parametrize("stops", [1, 2])
 def test_a_stop_after_the_sweep_is_stored_does_not_unsay_it(
     cli: Callable[..., CliResult],
@@ -34,14 +46,7 @@ def test_a_stop_after_the_sweep_is_stored_does_not_unsay_it(
 ) -> None:
     swept.result = _result([_row(1, 0.1, test_accuracy=0.9)], [_group(1, 0.1, 0.9)])
 
-    printed = console.printed_json
-
-    def signalled(as_json: bool, document: Any) -> bool:
-        for _ in range(stops):
-            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, in this frame
-        return printed(as_json, document)
-
-    monkeypatch.setattr(console, "printed_json", signalled)
+    stopped_as_printed(monkeypatch, stops)
     r = cli("sweep", str(sweep_file), "--json")
     assert "continue it" not in r.err, r.err  # before: "stopped; continue it ... --resume 3"
     if stops == 1:  # before: 143, no document

@@ -9,16 +9,13 @@ printed, so nothing races a timer.
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
-from dlperf.cli import console
 from tests.cli.test_distill import EXP, Distilling, _result, distilled
 from tests.conftest import CliResult
+from tests.faults.test_break_it_48_sweep_stop import stopped_as_printed
 
 __all__ = ["distilled"]  # the fixture, used by name
 
@@ -31,14 +28,7 @@ def test_a_stop_after_distill_is_stored_does_not_unsay_it(
     stops: int,
 ) -> None:
     distilled.result = _result()
-    printed = console.printed_json
-
-    def signalled(as_json: bool, document: Any) -> bool:
-        for _ in range(stops):
-            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, in this frame
-        return printed(as_json, document)
-
-    monkeypatch.setattr(console, "printed_json", signalled)
+    stopped_as_printed(monkeypatch, stops)
     r = cli("distill", EXP, "--json")
     assert "continue it" not in r.err, r.err
     if stops == 1:  # before: 143, no document

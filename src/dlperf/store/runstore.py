@@ -2359,15 +2359,20 @@ class RunStore:
             other = _elsewhere(recorded, str(path)) if path is not None and path.is_file() else None
             return None if other is None else str(other)
         with Session(self.engine) as s:
-            other = self._elsewhere(s, recorded)
+            other = self._other_store(s, run.process)
         return None if other is None else str(other)
+
+    def _other_store(self, s: Session, process: Any) -> Path | str | None:
+        """The store a `process` record (a run's, a claim's holder) says it writes, while that
+        is another store than this one and still there (`_elsewhere`); None otherwise."""
+        recorded = process.get("store") if isinstance(process, dict) else None
+        return self._elsewhere(s, recorded) if isinstance(recorded, str) else None
 
     def _written_elsewhere(self, s: Session, run_id: int) -> bool:
         """`writes_elsewhere` of run `run_id`, read in the transaction `s`."""
         system = s.scalar(select(Run.system).where(Run.id == run_id))
         process = system.get("process") if isinstance(system, dict) else None
-        recorded = process.get("store") if isinstance(process, dict) else None
-        return isinstance(recorded, str) and self._elsewhere(s, recorded) is not None
+        return self._other_store(s, process) is not None
 
     def _copy_of(self, s: Session) -> Path | str | None:
         """The store this one is a copy of while that one is still there: the SQLite file of
@@ -2740,10 +2745,7 @@ class RunStore:
         take: its process is gone, or it writes another store, of which this one is a copy
         (copied while that sweep ran): it never trains the point here, and a copy's sweep
         skipped the point for good, "pid N runs it"."""
-        if process_alive(holder) is False:
-            return True
-        recorded = holder.get("store")
-        return isinstance(recorded, str) and self._elsewhere(s, recorded) is not None
+        return process_alive(holder) is False or self._other_store(s, holder) is not None
 
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
