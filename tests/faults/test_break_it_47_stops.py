@@ -20,18 +20,11 @@ from pathlib import Path
 
 import pytest
 
-import dlperf
 from dlperf.cli import console
 from tests.conftest import CliResult
+from tests.faults.test_break_it_44_stops import two_runs
 
-
-@pytest.fixture
-def two_runs(db: str) -> list[int]:
-    for name in ("alpha", "beta"):
-        with dlperf.track(name, {"lr": 0.1}, store=db) as run:
-            for step in range(1, 4):
-                run.log(step, loss=1.0 / step)
-    return [1, 2]
+__all__ = ["two_runs"]  # the fixture, used by name
 
 
 @pytest.mark.parametrize("stops", [1, 2])
