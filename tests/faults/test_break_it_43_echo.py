@@ -3,7 +3,7 @@ long key echoed whole.
 
 F2's note 1 (no exit for a minute). `dlperf staleness --train EXP --learners 30000000` listed
 one speed per learner before any check: 60 s and 2 GB, still running, where `--speeds` and
-`--horizon` are refused in one line past 10,000,000 simulated gradients. Now the library's
+`--horizon` are refused in one line past the cap of simulated gradients. Now the library's
 `equal_speeds` asks the same cap first (each learner finishes a gradient at least): one
 line, exit 2, before the experiment is read.
 F2's note 2 (wrong output). A CSV on stdout (`analyze --csv`, `scale --csv`) was written row
@@ -69,13 +69,13 @@ def test_learners_past_the_cap_are_refused_before_any_is_listed(
     _one_line(
         r,
         "error: 30,000,000 learners ask for at least 30,000,000 gradients (one each); at "
-        "most 10,000,000 are simulated (lower --learners)",
+        "most 1,000,000 are simulated (lower --learners)",
     )
 
 
 def test_equal_speeds_is_the_library_s_check() -> None:
     assert staleness.equal_speeds(3) == {"L1": 1.0, "L2": 1.0, "L3": 1.0}
-    with pytest.raises(UserError, match=r"^10,000,001 learners ask for at least 10,000,001 "):
+    with pytest.raises(UserError, match=r"^1,000,001 learners ask for at least 1,000,001 "):
         staleness.equal_speeds(staleness.MAX_GRADIENTS + 1)
     with pytest.raises(UserError, match=r"about 1e\+30 gradients"):
         staleness.equal_speeds(10**30)

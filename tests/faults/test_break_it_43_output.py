@@ -125,5 +125,5 @@ def test_staleness_says_a_huge_count_in_short(
 
 def test_from_speeds_short_count_is_the_library_s() -> None:
     """The library says it, not only the command line."""
-    with pytest.raises(UserError, match=r"about 1e\+308 gradients; at most 10,000,000"):
+    with pytest.raises(UserError, match=r"about 1e\+308 gradients; at most 1,000,000"):
         staleness.from_speeds({"L1": 1.0}, 1e308)
