@@ -36,6 +36,7 @@ RULE_NAMES = {
     "missing-workers",
     "oversubscribed",
     "shared-host",
+    "unreliable-measurement",
     "stopped",
     "crowded-threads",
     "chance-accuracy",

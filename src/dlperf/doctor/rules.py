@@ -257,6 +257,28 @@ def shared_host(run: RunView) -> list[Issue]:
     ]
 
 
+# How to measure again, per kind of run whose summary carries its own mark (`reliable`,
+# `reliability_note`: dlperf.contention.judge) instead of a training run's figures.
+REMEASURE = {
+    "calibrate": "rerun `dlperf calibrate` on an idle host (it replaces the device's entry)",
+    "predict": "rerun `dlperf predict --measure` on an idle host",
+}
+
+
+def unreliable_measurement(run: RunView) -> list[Issue]:
+    """A measurement that marked itself unreliable as it ran (a calibration, a `predict
+    --measure`: the host contended, or the times too spread). `shared-host` reads a training
+    run's figures, which these runs' summaries do not have: without this rule the doctor said
+    nothing of a calibration whose threads had waited for a CPU 62% of the time."""
+    summary = run.run.summary or {}
+    if run.run.kind in ("run", "scale") or summary.get("reliable") is not False:
+        return []  # a training run's mark: shared-host and unsteady-throughput say it
+    note = summary.get("reliability_note") or "no reason stored"
+    fix = REMEASURE.get(run.run.kind, "measure it again on an idle host")
+    figures = {k: summary.get(k) for k in ("reliable", "reliability_note", "cpu_wait_share")}
+    return [Issue("warning", f"it marked its own figures unreliable: {note}", fix, figures)]
+
+
 def stopped(run: RunView) -> list[Issue]:
     """The process was stopped (SIGSTOP, Ctrl-Z) and continued while it trained: its wall
     time ran on, so its times count the stop as training (dlperf.contention.Stopwatch)."""
@@ -859,6 +881,7 @@ RULES: dict[str, Handler] = {
     "missing-workers": missing_workers,
     "oversubscribed": oversubscribed,
     "shared-host": shared_host,
+    "unreliable-measurement": unreliable_measurement,
     "stopped": stopped,
     "crowded-threads": crowded_threads,
     "chance-accuracy": chance_accuracy,
