@@ -939,6 +939,10 @@ def _publish(staged: Path, out: Path) -> None:
                 source.replace(target)
             elif target.is_file():
                 target.unlink()
+        # Published: the export is done, and a stop from here on (or one that waited here) no
+        # longer counts, as calibrate's once its device is saved. It exited 143 with the new
+        # model in place and nothing said of it.
+        stopping.settle()
 
 
 def _refuse_projected_lstms(model: nn.Module, name: str) -> None:

@@ -173,6 +173,9 @@ def build_report(
                 os.replace(staging / name, out / name)
             for name in removed:  # once the new index, which no longer links to them, is in
                 (out / name).unlink(missing_ok=True)
+            # The site is in place: a stop from here on no longer counts (it exited 143 with
+            # the whole site there), as export's once its model is published.
+            stopping.settle()
     finally:
         hrefs = [*map(pages.study_href, chosen_studies), *map(pages.run_href, chosen_runs)]
         left = _remove_staging(staging, [*hrefs, "index.html"])

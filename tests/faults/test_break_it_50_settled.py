@@ -1,0 +1,84 @@
+"""Round 48, left until round 50: `export` and `report` exited 143 for one stop signal that
+came once their output was in place (the model and its metadata published, the site's index
+renamed in), as `calibrate` had before round 45: the output whole, the exit code saying it had
+been stopped. Their publish now settles the outcome, as calibrate's save does: a stop before
+it keeps the old output and exits 128 + the signal; one after it no longer counts (exit 0, and
+what they print is printed); a second stop still ends what is left (round 48's rule).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlperf.deploy import export as exporting
+from dlperf.report import site
+from tests.conftest import CliResult, TrainedRun
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_once_the_export_is_published_ends_it_done(
+    cli: Callable[..., CliResult],
+    trained_digits: TrainedRun,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sig: int,
+) -> None:
+    _, run_id, _ = trained_digits.copy_to(tmp_path)
+    publish = exporting._publish
+
+    def signalled(staged: Path, out: Path) -> None:
+        publish(staged, out)
+        os.kill(os.getpid(), sig)  # the model and its metadata are in place
+
+    monkeypatch.setattr(exporting, "_publish", signalled)
+    r = cli("export", str(run_id), "--out", str(tmp_path / "m.onnx"), "--json")
+    assert r.code == 0, (r.code, r.err)  # before: 130 or 143, and nothing printed
+    assert json.loads(r.out)["path"] == str(tmp_path / "m.onnx")
+    assert (tmp_path / "m.onnx").is_file()
+
+
+def test_a_stop_before_the_export_is_published_still_stops_it(
+    cli: Callable[..., CliResult],
+    trained_digits: TrainedRun,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, run_id, _ = trained_digits.copy_to(tmp_path)
+    publish = exporting._publish
+
+    def signalled(staged: Path, out: Path) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        publish(staged, out)
+
+    monkeypatch.setattr(exporting, "_publish", signalled)
+    r = cli("export", str(run_id), "--out", str(tmp_path / "m.onnx"))
+    assert r.code == 143, (r.code, r.err)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_stop_once_the_site_is_in_place_ends_the_report_done(
+    cli: Callable[..., CliResult],
+    trained_digits: TrainedRun,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, run_id, _ = trained_digits.copy_to(tmp_path)
+    remove = site._remove_staging
+
+    def signalled(*args: Any) -> str | None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the pages and the index are in `out`
+        return remove(*args)
+
+    monkeypatch.setattr(site, "_remove_staging", signalled)
+    out = tmp_path / "site"
+    r = cli("report", str(run_id), "--out", str(out))
+    assert r.code == 0, (r.code, r.err)  # before: 143
+    assert (out / "index.html").is_file() and (out / f"run-{run_id}.html").is_file()
+    assert str(out) in r.out
