@@ -2354,12 +2354,19 @@ class RunStore:
         recorded = (run.process or {}).get("store")
         if not isinstance(recorded, str):
             return None
-        if self._here() is None:  # a reader (doctor, report): its SQLite file, as a writer's
-            path = integrity.store_file(self.engine)
-            other = _elsewhere(recorded, str(path)) if path is not None and path.is_file() else None
-            return None if other is None else str(other)
         with Session(self.engine) as s:
-            other = self._other_store(s, run.process)
+            if self._here() is not None:
+                other = self._other_store(s, run.process)
+            elif self.engine.dialect.name == "postgresql":
+                # A reader (doctor, report) has no place until it asks: reading it at every
+                # open costs two queries that `runs list` never needs. Without it, a
+                # PostgreSQL copy's doctor advised resuming the original's run.
+                place = _server_place(self.engine)
+                other = None if place is None else _server_elsewhere(s, recorded, place)
+            else:  # a SQLite reader: its file, as a writer's
+                path = integrity.store_file(self.engine)
+                exists = path is not None and path.is_file()
+                other = _elsewhere(recorded, str(path)) if exists else None
         return None if other is None else str(other)
 
     def _other_store(self, s: Session, process: Any) -> Path | str | None:

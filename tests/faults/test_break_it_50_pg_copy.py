@@ -1,0 +1,61 @@
+"""Round 48, left until round 50: `doctor` in a PostgreSQL copy of a store (its tables copied
+into another schema while a run trained) still advised `run --resume N` for the original's
+run, once that run's process had ended (the copy's row reads as lost), a resume the copy
+refuses. A store opened only to read (doctor, report) had no place of its own on PostgreSQL,
+so it could not tell that the run's process wrote another store; SQLite's reader read its
+file's path. A reader now reads its place when it asks (`RunStore.writes_elsewhere`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult, fresh_store_url
+from tests.faults.test_break_it_47_copies import _copied
+from tests.faults.test_break_it_48_copies import WRITER  # a point's run: an epoch, a checkpoint
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def original(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "fx50")
+
+
+def test_doctor_in_a_copy_does_not_advise_resuming_the_originals_run(
+    cli: Callable[..., CliResult], original: str, tmp_path: Path
+) -> None:
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, original, str(tmp_path / "checkpoint.pt")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        _, run_id = map(int, writer.stdout.readline().split())
+        for copy_url, named in _copied(original, tmp_path):
+            writer.stdin.write("\n")  # it ends its run in the original
+            writer.stdin.close()
+            assert writer.wait(timeout=300) == 0, writer.stderr.read() if writer.stderr else ""
+            copy = RunStore.open(copy_url, create=False)  # as doctor opens it
+            try:
+                assert copy.get_run(run_id).status == "lost"
+                assert copy.writes_elsewhere(copy.get_run(run_id)) == named
+            finally:
+                copy.engine.dispose()
+            r = cli("--db", copy_url, "doctor", str(run_id))
+            said = " ".join(r.out.split())
+            assert "unfinished" in said, r.out
+            # before, on PostgreSQL: "continue it from its last checkpoint: ... --resume 1"
+            assert "--resume" not in said, r.out
+            assert f"its process wrote {named} (this store is a copy of it)" in said, r.out
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
