@@ -20,6 +20,7 @@ import pytest
 from dlperf.deploy import export as exporting
 from dlperf.report import site
 from tests.conftest import CliResult, TrainedRun
+from tests.faults.test_break_it_48_sweep_stop import stopped_as_printed
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -82,3 +83,16 @@ def test_a_stop_once_the_site_is_in_place_ends_the_report_done(
     assert r.code == 0, (r.code, r.err)  # before: 143
     assert (out / "index.html").is_file() and (out / f"run-{run_id}.html").is_file()
     assert str(out) in r.out
+
+
+def test_a_stop_after_the_staleness_study_is_stored_does_not_unsay_it(
+    cli: Callable[..., CliResult],
+    tiny_exp: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Round 49 settled `staleness --train` with distill, and tested distill's alone."""
+    stopped_as_printed(monkeypatch, 1)
+    r = cli("staleness", "--train", str(tiny_exp(epochs=1)), "--learners", "2", "--json")
+    assert r.code == 0, (r.code, r.err)  # before round 49: 143, no document
+    document = json.loads(r.out)
+    assert {"study_id", "sync", "async", "figure"} <= set(document), document
