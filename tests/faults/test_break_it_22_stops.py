@@ -188,9 +188,10 @@ def test_b_a_stop_during_the_renames_leaves_a_whole_site(
         _stop_in_renames(monkeypatch)
         result = cli("--db", url, "report", "1", "--out", str(site))
         code, err = result.code, result.err
-    assert code == 130, err
+    # The renames are shielded: the stop waits for the whole site, and once it is in place
+    # no longer counts (round 50: it ended the command 130, the site whole), as export's.
+    assert code == 0, err
     assert "Traceback" not in err, err
-    # The renames are shielded: the stop waits for the whole site, then ends the command.
     names = sorted(p.name for p in site.iterdir())
     want = ["index.html", "run-1.html"]
     assert names == (sorted([*want, "notes.txt"]) if earlier else want)
