@@ -23,45 +23,37 @@ from tests.conftest import CliResult, TrainedRun
 from tests.faults.test_break_it_48_sweep_stop import stopped_as_printed
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_once_the_export_is_published_ends_it_done(
+@pytest.mark.parametrize(
+    ("published", "sig", "code"),
+    [(True, signal.SIGINT, 0), (True, signal.SIGTERM, 0), (False, signal.SIGTERM, 143)],
+)
+def test_a_stop_once_the_export_is_published_no_longer_counts(
     cli: Callable[..., CliResult],
     trained_digits: TrainedRun,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    published: bool,
     sig: int,
+    code: int,
 ) -> None:
     _, run_id, _ = trained_digits.copy_to(tmp_path)
     publish = exporting._publish
 
     def signalled(staged: Path, out: Path) -> None:
-        publish(staged, out)
-        os.kill(os.getpid(), sig)  # the model and its metadata are in place
+        if published:
+            publish(staged, out)
+            os.kill(os.getpid(), sig)  # the model and its metadata are in place
+        else:
+            os.kill(os.getpid(), sig)  # a stop before: the publish refuses to begin
+            publish(staged, out)
 
     monkeypatch.setattr(exporting, "_publish", signalled)
     r = cli("export", str(run_id), "--out", str(tmp_path / "m.onnx"), "--json")
-    assert r.code == 0, (r.code, r.err)  # before: 130 or 143, and nothing printed
-    assert json.loads(r.out)["path"] == str(tmp_path / "m.onnx")
-    assert (tmp_path / "m.onnx").is_file()
-
-
-def test_a_stop_before_the_export_is_published_still_stops_it(
-    cli: Callable[..., CliResult],
-    trained_digits: TrainedRun,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    _, run_id, _ = trained_digits.copy_to(tmp_path)
-    publish = exporting._publish
-
-    def signalled(staged: Path, out: Path) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
-        publish(staged, out)
-
-    monkeypatch.setattr(exporting, "_publish", signalled)
-    r = cli("export", str(run_id), "--out", str(tmp_path / "m.onnx"))
-    assert r.code == 143, (r.code, r.err)
-    assert not (tmp_path / "m.onnx").exists()
+    # before, once published: 130 or 143, and nothing printed
+    assert r.code == code, (r.code, r.err)
+    assert (tmp_path / "m.onnx").is_file() == published
+    if published:
+        assert json.loads(r.out)["path"] == str(tmp_path / "m.onnx")
 
 
 def test_a_stop_once_the_site_is_in_place_ends_the_report_done(
