@@ -34,6 +34,9 @@ same way wherever they land.
   good. So a first signal during a document's write gives the whole document, then 128 + it;
   a second cuts the document where its write was (the resume hint, read after a first signal
   already stopped `run`, waits for a second and gives way to a third).
+- A signal that lands while modules are imported (`import torch` takes seconds) is raised
+  once they are, at the next call: raised inside, C code could clear it and go on, as torch's
+  start-up does for a failed import of NumPy. A second signal raises at once.
 - An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
   Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the
@@ -63,6 +66,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from types import FrameType, TracebackType
 from typing import NoReturn
 
@@ -138,8 +142,48 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         if _state.pending and _state.spared and _state.shields == 1:
             _stop()  # a signal more, where a `spared` block held one: its user insists
         _state.pending = True
+    elif _state.pending:  # a signal more, where an import (or a profiler) held one: it insists
+        _stop()
+    elif importing := _imports_running():
+        _hold_until_imported(importing)
     else:
         _stop()
+
+
+def _imports_running() -> list[ModuleSpec]:
+    """The specs of the modules whose code runs now, being imported (importlib marks each
+    `_initializing` until its code has run). Read from the modules' own dicts: a lazy
+    module's `__getattr__` must not run in a signal handler."""
+    running = []
+    for module in list(sys.modules.values()):
+        try:
+            spec = vars(module).get("__spec__")
+        except TypeError:  # not a module (an object put in sys.modules): nothing to read
+            continue
+        if spec is not None and getattr(spec, "_initializing", False) is True:
+            running.append(spec)
+    return running
+
+
+def _hold_until_imported(importing: list[ModuleSpec]) -> None:
+    """A stop signal that lands while modules are imported is raised once they are, at the
+    next call: raised inside, an extension's C code could clear it and go on. torch's does,
+    for its import of NumPy (`from torch._C import *`): `dlperf run` signalled then trained
+    to its end and exited 0 (1 try in 15 with the signal 2 s after the start). A second
+    signal raises at once, so an import that never ends holds no stop off; under a profiler
+    of the caller's (cProfile) the stop waits for the next shielded block's end."""
+    _state.pending = True
+    if sys.getprofile() is not None:
+        return
+
+    def imported(frame: FrameType, event: str, arg: object) -> None:
+        if any(getattr(spec, "_initializing", False) is True for spec in importing):
+            return
+        sys.setprofile(None)
+        if _state.pending and not _state.shields and not _state.settled:
+            _stop()
+
+    sys.setprofile(imported)
 
 
 def _late(signum: int) -> None:
