@@ -103,9 +103,10 @@ def _print_summary(result: Any, sort: str | None) -> None:
             "the finished points only"
         )
     for row in result.points:
-        if row.status == "failed":
+        # Killed too (a worker its CPU-time limit stopped): its run is stored so, not failed
+        if row.status != "finished":
             # a point's error is one line (a worker's too), at any terminal width
-            console.err_line(f"run {row.run_id} failed: {row.error}")
+            console.err_line(f"run {row.run_id} {row.status}: {row.error}")
 
 
 @app.command()
@@ -160,5 +161,5 @@ def sweep(
         ):
             _print_summary(result, sort)
             console.tell([], *plots)
-    if any(r.status == "failed" for r in result.points):
+    if any(r.status != "finished" for r in result.points):
         raise typer.Exit(1)

@@ -190,22 +190,32 @@ def _own_run(store: RunStore, exp: Experiment, study_id: int, since: int) -> Run
 
 
 def record_failure(
-    store: RunStore, exp: Experiment, study_id: int, since: int, error: str
+    store: RunStore,
+    exp: Experiment,
+    study_id: int,
+    since: int,
+    error: str,
+    status: str = "failed",
 ) -> SweepPointResult:
-    """A point that failed: its run marked failed, or, if it failed before its run was
-    recorded (its model.weights do not load into the model, say: `check_points` refuses what
-    can be told before any point runs), a failed run made for it, so the study shows every
-    point it tried."""
+    """A point that failed (or was stopped: `status` killed): its run marked so, or, if it
+    failed before its run was recorded (its model.weights do not load into the model, say:
+    `check_points` refuses what can be told before any point runs), a run made for it, so the
+    study shows every point it tried. A run its worker ended itself (a worker its CPU-time
+    limit stopped marks its run killed with the limit's line) is the point's result as
+    stored: the sweep called such a point "failed", with a line naming the signal only."""
     run = _own_run(store, exp, study_id, since)
+    if run is not None and not run.unfinished:
+        if run.status == "finished":  # the worker ended after storing it, before its result
+            return SweepPointResult.of_run(run.id, run.status, run.summary)
+        return SweepPointResult(run.id, run.status, run.error or error)
     with stopping.shielded():  # a run made here is marked, whenever a stop signal lands
         if run is None:
             name = given(exp.run.name, exp.model.name)[0]
             run_id = store.create_run(name, "run", exp.to_dict(), exp.config_hash(), None, study_id)
         else:
             run_id = run.id
-        if run is None or run.unfinished:
-            store.finish_run(run_id, "failed", error=error)
-    return SweepPointResult(run_id, "failed", error)
+        store.finish_run(run_id, status, error=error)
+    return SweepPointResult(run_id, status, error)
 
 
 def run_point(
@@ -401,32 +411,48 @@ class SweepRun:
             error = LOST.sub(MARKED, said["error"])
             return record_failure(self.store, child.exp, self.study_id, self.since, error)
         log = (child.directory / "worker.log").read_text(errors="replace").strip().splitlines()
-        # record_failure marks the point's run failed: a StoreGone line of the worker's that
-        # says it "reads as lost now" (the store gone under it) is said as what happened to it
+        # record_failure marks the point's run (failed, or killed below): a StoreGone line of
+        # the worker's that says it "reads as lost now" (the store gone under it) is said as
+        # what happened to it
         tail = [LOST.sub(MARKED, line) for line in log[-12:]]
-        error = "\n".join([f"sweep worker {_ended(child.proc.returncode)}", *tail])
-        return record_failure(self.store, child.exp, self.study_id, self.since, error)
+        code = child.proc.returncode
+        error = "\n".join([f"sweep worker {_ended(code)}", *tail])
+        # A worker stopped by a signal it caught, before it could mark its run, was stopped
+        # as the run it would have marked killed (a sweep run again trains it again)
+        status = "killed" if code in _stop_codes() else "failed"
+        return record_failure(self.store, child.exp, self.study_id, self.since, error, status)
 
 
 # RunStore._gone's hint for a run its store went away under, left running by the worker
 LOST = re.compile(r"\brun (\d+) reads as lost now; once the store is back, ")
 MARKED = r"run \1 was marked failed by the sweep once the store answered again; "
 
-# What a worker killed by these signals most likely met (a code of -24 said nothing)
+# What a worker ended by these signals most likely met (a code of -24 said nothing), and the
+# fix where there is one: the soft CPU-time limit's SIGXCPU, which a worker catches (exit
+# 152) or, ignoring it, is killed by at its hard limit's SIGKILL
 KILLED_BY = {
-    "SIGXCPU": "the CPU-time limit, ulimit -t",
+    "SIGXCPU": "the CPU-time limit, ulimit -t: raise it, or give each point less to do",
     "SIGKILL": "out of memory? dmesg says",
 }
 
 
+def _stop_codes() -> dict[int, str]:
+    """The exit codes of a worker that caught a stop signal (`stopping`: 128 + the signal, as
+    a shell reports it), with the signal's name."""
+    return {128 + int(sig): signal.Signals(sig).name for sig in STOP_SIGNALS}
+
+
 def _ended(returncode: int) -> str:
-    """How a worker ended, from Popen's returncode: its exit code, or the signal that killed
-    it by name (negative codes), with what it most likely means. A stop signal the worker
-    caught (`stopping`: it exits 128 + the signal, as a shell reports it) is named too: a
-    SIGTERM sent to one worker read "ended with code 143"."""
-    stopped = {128 + int(sig): signal.Signals(sig).name for sig in STOP_SIGNALS}
+    """How a worker ended, from Popen's returncode: its exit code, or the signal that ended
+    it by name, with what it most likely means: one that killed it (negative codes) or a stop
+    signal it caught (a SIGTERM sent to one worker read "ended with code 143"; its CPU-time
+    limit's SIGXCPU, "stopped by SIGXCPU (exit code 152)", named neither the limit nor its
+    fix)."""
+    stopped = _stop_codes()
     if returncode in stopped:
-        return f"stopped by {stopped[returncode]} (exit code {returncode})"
+        name = stopped[returncode]
+        why = KILLED_BY.get(name)
+        return f"stopped by {name} ({f'{why}; ' if why else ''}exit code {returncode})"
     if returncode >= 0:
         return f"ended with code {returncode}"
     said = how(returncode)  # "killed by SIGXCPU"
