@@ -81,6 +81,14 @@ def out_of_memory(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and any(m in error_text(e) for m in OOM_MESSAGES)
 
 
+def memory_limit() -> str:
+    """The address-space limit, when one is set (ulimit -v, in KiB as bash takes it), as the
+    hint a failed load or allocation ends with; "" without one. Here, not in the CLI: a scale
+    worker that ran out of it says so too (dlperf.distributed.worker)."""
+    limit = address_limit()
+    return "" if limit is None else f" (a memory limit, ulimit -v {limit // 1024} may be too low)"
+
+
 def innermost(e: BaseException) -> TracebackType | None:
     """The last entry of `e`'s traceback: where it was raised."""
     tb = e.__traceback__

@@ -7,7 +7,7 @@ from __future__ import annotations
 import traceback
 
 from dlperf.blas import NO_ROOM, address_limit
-from dlperf.errors import error_text, in_model_file
+from dlperf.errors import error_text, in_model_file, memory_limit
 
 # The libraries whose own ImportError is told in one line with or without a memory limit: a
 # broken installation of theirs is the environment's, which dlperf cannot fix.
@@ -21,13 +21,6 @@ _NO_ROOM = (
     "cannot allocate memory",
     NO_ROOM,
 )
-
-
-def memory_limit() -> str:
-    """The address-space limit, when one is set (ulimit -v, in KiB as bash takes it), as the
-    hint a failed load or allocation ends with; "" without one."""
-    limit = address_limit()
-    return "" if limit is None else f" (a memory limit, ulimit -v {limit // 1024} may be too low)"
 
 
 def load_hint() -> str:

@@ -1,7 +1,8 @@
 """scale max-batch: the largest per-worker batch that fits, by running the study's one
 point at growing batches, and what stopped the search: memory (CUDA's, or the cap on CPU),
 the data set (the next batch is more than a worker's share of the training images), a
-failure for another reason, or the last size it tries."""
+memory limit (`ulimit -v`) that ran out before the batch trained, a failure for another
+reason, or the last size it tries."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ STOPS = {
     "out_of_memory": "stopped by memory",
     "memory_cap": "stopped by the memory cap (--memory-cap-gb)",
     "data_set": "stopped by the data set, not memory",
+    "memory_limit": "stopped by a memory limit, not by the batch",
     "failed": "stopped by a failure, not memory (a larger batch may still fit)",
     "last_size": "stopped after the last size it tries, not by memory",
 }
@@ -47,7 +49,8 @@ class MaxBatchResult:
     def answer(self) -> str:
         """The command's last line: the largest batch that fits, and why no larger one."""
         largest = self.study.max_per_worker_batch
-        return f"largest per-worker batch that fits: {largest}; {STOPS[self.reason]}: {self.detail}"
+        found = "none found" if largest is None else largest  # the first size did not fit
+        return f"largest per-worker batch that fits: {found}; {STOPS[self.reason]}: {self.detail}"
 
 
 def find_max_batch(
@@ -106,6 +109,15 @@ def find_max_batch(
                     # The worker's words for a peak over the cap (dlperf.distributed.worker).
                     over_cap = cap is not None and "above the cap" in detail
                     reason = "memory_cap" if over_cap else "out_of_memory"
+                elif f"before per-worker batch {batch} trained" in detail:
+                    # The worker's words for a memory limit (ulimit -v) that ran out before
+                    # the batch trained (dlperf.distributed.worker.memory_failure): no size
+                    # is concluded from it, and the command exits 1.
+                    reason = "memory_limit"
+                    study.warnings.append(
+                        f"a memory limit stopped per-worker batch {batch} before it trained: "
+                        "the search stopped there, and a larger batch may still fit"
+                    )
                 else:
                     reason = "failed"
                     study.warnings.append(

@@ -37,6 +37,7 @@ import math
 import os
 import statistics
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,7 @@ from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import ModelGrew, TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
-from dlperf.errors import UserError, model_exited, out_of_memory
+from dlperf.errors import UserError, memory_limit, model_exited, out_of_memory
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.procs import restore_safepath
@@ -83,6 +84,9 @@ DDP_TIMES = (
 )
 Mark = float | torch.cuda.Event  # a moment of the device's work (dlperf.timing.mark)
 Found = tuple[int, int, float, float]  # a loss that is not finite: step, epoch, value, lr
+# Whether this rank began to draw its batches (`batches`): memory that ran out before then,
+# under a memory limit, was no batch's (see memory_failure).
+_drawn = False
 
 
 def comm_hook(name: str, model: DistributedDataParallel) -> None:
@@ -113,6 +117,8 @@ def batches(
 ) -> Any:
     """Endless (x, y) batches of rank `rank` of `world`: its shard of the training split
     (every world-th image from its rank), or random data of the model's input shape."""
+    global _drawn
+    _drawn = True
     batch = spec.per_worker_batch
     if spec.synthetic:
         g = torch.Generator().manual_seed(exp.run.seed * 1000 + rank)
@@ -129,6 +135,34 @@ def batches(
         epoch += 1
         loader.set_epoch(epoch)
         yield from loader
+
+
+class OverCap(MemoryError):
+    """A replica's peak memory above the spec's memory cap: the batch's, never a limit's."""
+
+
+def _in_import(e: BaseException) -> bool:
+    """Whether `e` was raised while a module's body ran (a lazy import: DDP's of
+    torch._dynamo), not in the training step's own code."""
+    return any(
+        frame.f_code.co_name == "<module>" for frame, _ in traceback.walk_tb(e.__traceback__)
+    )
+
+
+def memory_failure(e: BaseException, batch: int) -> tuple[str, bool]:
+    """The one line of a rank that ran out of memory, and whether the batch is to blame. A
+    MemoryError under a set address-space limit (`ulimit -v`, which every worker inherits)
+    names the limit and its fix; raised before the rank drew a batch, or in an import, it is
+    the limit's, not the batch's: under `ulimit -v 3400000` DDP's lazy import of
+    torch._dynamo ran out in every worker, and max-batch took it for batch 32 not fitting."""
+    said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    limit = memory_limit() if isinstance(e, MemoryError) and not isinstance(e, OverCap) else ""
+    if limit and (not _drawn or _in_import(e)):
+        return (
+            f"a worker ran out of memory before per-worker batch {batch} trained: {said}{limit}",
+            False,
+        )
+    return f"out of memory at per-worker batch {batch}: {said}{limit}", True
 
 
 class Replica(Component):
@@ -152,7 +186,7 @@ class Replica(Component):
         cap = self.spec.memory_cap_bytes
         # A CPU step is done here, and CUDA's allocator counts memory as the work is queued.
         if cap and peak_memory_bytes(self.device) > cap:
-            raise MemoryError(
+            raise OverCap(
                 f"peak memory {peak_memory_bytes(self.device) / 2**30:.2f} GiB is above the "
                 f"cap of {cap / 2**30:.2f} GiB"
             )
@@ -549,10 +583,10 @@ def main(argv: list[str] | None = None) -> None:
         fail_in_one_line(directory, rank, model_exited(e.code, "during training"))
     except Exception as e:
         if out_of_memory(e):
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            (directory / f"rank-{rank}.oom").write_text(
-                f"out of memory at per-worker batch {spec.per_worker_batch}: {first}"
-            )
+            line, its_batch = memory_failure(e, spec.per_worker_batch)
+            if not its_batch:  # the limit's: the point failed, not for its batch's memory
+                fail_in_one_line(directory, rank, line)
+            (directory / f"rank-{rank}.oom").write_text(line)
         # Tearing down the process group, or freeing DDP's reducer at exit, can abort this
         # process (SIGABRT, seen on a busy host), and a rank killed by a signal is blamed
         # before the rank that failed first.
