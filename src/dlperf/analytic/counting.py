@@ -784,6 +784,9 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.fvcore_call: str | None = None
         """How fvcore's tracer sees the products of the torch-level call running now
         (conventions.fvcore_kind, set by _FunctionCalls); None where none runs."""
+        self.call = ""
+        """The name of the torch-level call running now (set by _FunctionCalls), "" where
+        none runs: which of its ATen kernel's outputs it returns (`ops.public_outputs`)."""
 
     def claim(self, row: Layer, params: Iterable[tuple[str, nn.Parameter]]) -> None:
         for name, p in params:
@@ -956,15 +959,28 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         row.bytes += moved
         row.calls += 1
         row.kind_flops[kind] += cost.flops
-        # No module running: the model's own work, whose hook (a layer's output) never runs.
-        unhooked = not self.tracker.parents - {"Global"}
-        if (unhooked or not _is_layer(self.modules[name])) and not func._schema.is_mutable:
+        if self.counts_ops(name) and not func._schema.is_mutable:
             # A container's own op output is an activation; a layer's is its module output.
-            produced = _tensors(out)
+            # Of a kernel, the outputs its function returns (F.layer_norm: not mean and rstd).
+            produced = _tensors(out)[: ops.public_outputs(ops.op_name(func), self.call)]
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
-            row.output_shape = list(produced[-1].shape) if produced else row.output_shape
+            row.output_shape = list(produced[0].shape) if produced else row.output_shape
         return out
+
+    def counts_ops(self, name: str) -> bool:
+        """Whether row `name`'s activations are its operators' outputs: a container's, or the
+        model's own work (no module running), whose hook (a layer's output) never runs."""
+        unhooked = not self.tracker.parents - {"Global"}
+        return unhooked or not _is_layer(self.modules[name])
+
+    def returned(self, out: torch.Tensor) -> None:
+        """The running row's output shape is `out`'s where its operators' outputs are its
+        activations: a call's result that a view made of its last operator's output (torch's
+        attention squeezes the batch dimension it gave its kernel), as a layer's would be."""
+        name = self.current()
+        if name is not None and name in self.rows and self.counts_ops(name):
+            self.rows[name].output_shape = list(out.shape)
 
     def layer_hooks(self) -> list[RemovableHandle]:
         """Give every layer, and every module with parameters of its own, a row when it starts
@@ -1121,10 +1137,11 @@ class _FunctionCalls(TorchFunctionMode):
         if name is not None:
             counting.functional_layer(name, func, (args, kwargs))
         before, counting.fvcore_call = counting.fvcore_call, fvcore_kind(func)
+        called, counting.call = counting.call, getattr(func, "__name__", "")
         try:
             out = func(*args, **kwargs)
         finally:
-            counting.fvcore_call = before
+            counting.fvcore_call, counting.call = before, called
         # after the call: arguments torch refuses are told in torch's words
         extra = fvcore_function(getattr(func, "__name__", ""), args)
         extra += fvcore_products(func, args, kwargs)
@@ -1200,7 +1217,11 @@ def _attention_as_on_cpu(counting: _CountingMode) -> Iterator[None]:
         before, counting.fvcore_call = counting.fvcore_call, FVCORE_CLOSED
         try:
             out = _fused_on_meta(query, *args, **kwargs) if query.is_meta else None
-            return sdpa(query, *args, **kwargs) if out is None else out
+            if out is None:
+                return sdpa(query, *args, **kwargs)
+            if query.dim() == 3:  # unbatched: the kernel's output was 4-d
+                counting.returned(out)
+            return out
         finally:
             counting.fvcore_call = before
 

@@ -597,6 +597,32 @@ NORMS = frozenset(
     name for name in HANDLERS if any(n in name for n in ("batch_norm", "layer_norm", "group_norm"))
 )
 
+MAX_POOLS = frozenset(
+    {name.removesuffix("_backward") for name in MAX_POOL_BACKWARD}
+    | {"adaptive_max_pool2d", "adaptive_max_pool3d"}
+)
+"""The max pools' kernels (forward), each returning the indices of its maxima beside its output."""
+
+PUBLIC_OUTPUTS: dict[str, int] = {
+    **dict.fromkeys(ATTENTIONS, 1),  # the logsumexp (CUDA's kernels: seeds, lengths too)
+    **dict.fromkeys((n for n in NORMS if HANDLERS[n] is not norm_backward), 1),  # mean, rstd
+    **dict.fromkeys(MAX_POOLS, 1),  # the indices
+}
+"""Kernels that return more than the torch function running them does, and how many of their
+leading outputs it returns: the rest are saved for the kernel's backward
+(F.scaled_dot_product_attention, F.layer_norm, F.batch_norm, F.max_pool2d return one tensor),
+no activation of the model's."""
+
+
+def public_outputs(name: str, call: str) -> int | None:
+    """How many leading outputs of the ATen operator `name` (`op_name`) are the model's own,
+    run by the torch-level function named `call` ("" where none is seen); None: all of them.
+    A max pool's indices are the model's where the call asks for them (F.max_pool2d(x, 2,
+    return_indices=True) runs as F.max_pool2d_with_indices), as nn.MaxPool2d's are then."""
+    if name in MAX_POOLS and call.endswith("_with_indices"):
+        return None
+    return PUBLIC_OUTPUTS.get(name)
+
 
 def kind_of(name: str, args: Sequence[Any]) -> str:
     """The kind (dlperf.analytic.devices.KINDS) of an ATen call, by `op_name`.
