@@ -20,7 +20,7 @@ import secrets
 import shutil
 import signal
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,8 @@ from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
     from dlperf.doctor import Finding
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
@@ -321,6 +323,7 @@ def _run_pages(
     and its failures (a page that cannot be drawn fails the report, as a worker's does)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import resource_tracker
 
     from dlperf.system import usable_cores
@@ -347,16 +350,58 @@ def _run_pages(
         # only the two it ignores); it ends as ever, when every process of the report has.
         if os.name == "posix":  # where there is one
             resource_tracker.ensure_running()
+    # Imported now, not once a worker died: sweep's words for a dead worker come with its
+    # config's imports (pydantic's), which under the `ulimit -v` that killed an OpenBLAS worker
+    # ran out of memory in the report itself.
+    from dlperf.sweep.runner import _ended
+
     pool = ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init)
+    # The pool's own table of its workers, which it empties never and drops at shutdown: read
+    # once they are joined, it says which one died and how (BrokenProcessPool says neither).
+    workers = pool._processes
     try:
         with _stops_blocked():
             done = pool.map(_write_run_page, tasks)  # submits every task: starts the workers
         yield from done
+    except BrokenProcessPool as e:
+        if e.__cause__ is not None:  # a result that could not be read back: no worker died
+            raise
+        with stopping.shielded():  # joins every worker: their exit codes are known then
+            pool.shutdown(cancel_futures=True)
+        raise WorkerDied(_died(workers, _ended)) from None
     finally:  # on Ctrl-C, the pages not yet started are not drawn
         # Shielded: a second Ctrl-C that cut the shutdown left the workers waiting for work
         # that never came, and the interpreter's exit joining them, for ever.
         with stopping.shielded():
             pool.shutdown(cancel_futures=True)
+
+
+class WorkerDied(UserError):
+    """A drawing worker that died (SIGKILLed by the OOM killer, sent a SIGTERM, ended by
+    OpenBLAS short of memory): the machine's doing, not the input's, so exit code 1, in one
+    line. The site in `out` is left as it was, as on any failure of the report."""
+
+    exit_code = 1
+
+
+def _died(workers: Mapping[int, BaseProcess], ended_how: Callable[[int], str]) -> str:
+    """Which of the pool's joined `workers` died and how, in the words sweep uses for its
+    workers (`ended_how`: sweep.runner._ended). The pool ends the others with SIGTERM once one
+    has died: the one that ended otherwise is the one, else all ended by SIGTERM, the one sent
+    to them."""
+    from dlperf.blas import address_limit
+
+    ended = [(pid, p.exitcode) for pid, p in workers.items() if p.exitcode is not None]
+    pool_sent = -int(signal.SIGTERM)
+    pid, code = next(((pid, c) for pid, c in ended if c != pool_sent), (None, pool_sent))
+    if pid is None and ended:
+        pid = ended[0][0]
+    who = "a report drawing worker" + (f" (pid {pid})" if pid is not None else "")
+    said = f"{who} {'was ' if code < 0 else ''}{ended_how(code)}"
+    limit = address_limit()
+    if 0 < code < 128 and limit is not None:  # OpenBLAS's exit(1) short of a buffer, most likely
+        said += f" (a memory limit, ulimit -v {limit // 1024} may be too low)"
+    return said
 
 
 @contextlib.contextmanager
