@@ -156,6 +156,39 @@ def how(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
+# What a worker ended by these signals most likely met (a code of -24 said nothing), and the
+# fix where there is one: the soft CPU-time limit's SIGXCPU, which a worker catches (exit
+# 152) or, ignoring it, is killed by at its hard limit's SIGKILL
+KILLED_BY = {
+    "SIGXCPU": "the CPU-time limit, ulimit -t: raise it, or give each worker less to do",
+    "SIGKILL": "out of memory? dmesg says",
+}
+
+
+def stop_codes() -> dict[int, str]:
+    """The exit codes of a worker that caught a stop signal (`stopping`: 128 + the signal, as
+    a shell reports it), with the signal's name."""
+    return {128 + int(sig): signal.Signals(sig).name for sig in stopping.STOP_SIGNALS}
+
+
+def ended_how(returncode: int) -> str:
+    """How a worker (a sweep's, a report's drawing one) ended, from Popen's returncode: its
+    exit code, or the signal that ended it by name, with what it most likely means: one that
+    killed it (negative codes) or a stop signal it caught (a SIGTERM sent to one worker read
+    "ended with code 143"; its CPU-time limit's SIGXCPU, "stopped by SIGXCPU (exit code
+    152)", named neither the limit nor its fix)."""
+    stopped = stop_codes()
+    if returncode in stopped:
+        name = stopped[returncode]
+        why = KILLED_BY.get(name)
+        return f"stopped by {name} ({f'{why}; ' if why else ''}exit code {returncode})"
+    if returncode >= 0:
+        return f"ended with code {returncode}"
+    said = how(returncode)  # "killed by SIGXCPU"
+    why = KILLED_BY.get(said.rpartition(" ")[2])
+    return f"{said} ({why})" if why else said
+
+
 def kill(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

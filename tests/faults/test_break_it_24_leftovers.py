@@ -124,7 +124,7 @@ def _collect(tmp_path: Path, script: str, *args: str) -> tuple[RunStore, Any, in
     [
         (
             signal.SIGXCPU,
-            "killed by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give each point "
+            "killed by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give each worker "
             "less to do)",
         ),
         (signal.SIGUSR2, "killed by SIGUSR2"),

@@ -101,6 +101,5 @@ def test_c1_the_worker_that_died_is_named_with_how_it_ended(
     cases a real pool would take another two workers' start-up each to show."""
     monkeypatch.setattr("dlperf.blas.address_limit", lambda: limit)
     workers = {pid: _Ended(code) for pid, code in codes.items()}
-    from dlperf.sweep.runner import _ended
 
-    assert site._died(workers, _ended) == said  # type: ignore[arg-type]
+    assert site._died(workers) == said  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ point is what its run is stored as: "point 1/1 killed: the CPU-time limit (ulimi
 the command after ...: raise it, ...", and `run 1 killed: ...` at the end (exit 1, as for a
 failed point). A worker stopped before it stored its run (no run yet, or one left running) is
 stored `killed` too, as "sweep worker stopped by SIGXCPU (the CPU-time limit, ulimit -t: raise
-it, or give each point less to do; exit code 152)". `--resume` runs a killed point again.
+it, or give each worker less to do; exit code 152)". `--resume` runs a killed point again.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, cast
 
 import pytest
 
+from dlperf import procs
 from dlperf.config import Experiment
 from dlperf.store import RunStore
-from dlperf.sweep import runner
 from dlperf.sweep.runner import SweepResult, SweepRun, _Child, finished_runs
 from dlperf.sweep.summary import SweepPointResult, SweepRow
 from tests.conftest import CliResult
@@ -115,7 +115,7 @@ def test_a_worker_its_cpu_limit_stopped_before_it_stored_its_run_is_killed(
     store, result, _ = _collect(tmp_path, marks=False, made=made)
     expected = (
         "sweep worker stopped by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give "
-        "each point less to do; exit code 152)\ntraining"
+        "each worker less to do; exit code 152)\ntraining"
     )
     # before: failed, "sweep worker stopped by SIGXCPU (exit code 152)"
     assert (result.status, result.error) == ("killed", expected)
@@ -178,11 +178,12 @@ def test_the_sweep_command_says_a_killed_point_at_the_end_and_exits_1(
 
 
 def test_ended_names_the_cpu_limit_for_a_caught_sigxcpu_and_a_killing_one() -> None:
-    assert runner._ended(152) == (
-        "stopped by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give each point less "
+    assert procs.ended_how(152) == (
+        "stopped by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give each worker less "
         "to do; exit code 152)"
     )
-    assert runner._ended(-24) == (
-        "killed by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give each point less to do)"
+    assert procs.ended_how(-24) == (
+        "killed by SIGXCPU (the CPU-time limit, ulimit -t: raise it, or give each worker "
+        "less to do)"
     )
-    assert runner._ended(143) == "stopped by SIGTERM (exit code 143)"
+    assert procs.ended_how(143) == "stopped by SIGTERM (exit code 143)"

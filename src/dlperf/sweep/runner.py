@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -35,9 +34,8 @@ from dlperf.config.experiment import changed_source
 from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
 from dlperf.paths import error_line
-from dlperf.procs import POLL_S, Supervisor, how, process_alive
+from dlperf.procs import POLL_S, Supervisor, ended_how, process_alive, stop_codes
 from dlperf.progress import NullReporter, Reporter
-from dlperf.stopping import STOP_SIGNALS
 from dlperf.store import RunStore
 from dlperf.store.names import given
 from dlperf.store.record import RunRecord
@@ -416,48 +414,16 @@ class SweepRun:
         # what happened to it
         tail = [LOST.sub(MARKED, line) for line in log[-12:]]
         code = child.proc.returncode
-        error = "\n".join([f"sweep worker {_ended(code)}", *tail])
+        error = "\n".join([f"sweep worker {ended_how(code)}", *tail])
         # A worker stopped by a signal it caught, before it could mark its run, was stopped
         # as the run it would have marked killed (a sweep run again trains it again)
-        status = "killed" if code in _stop_codes() else "failed"
+        status = "killed" if code in stop_codes() else "failed"
         return record_failure(self.store, child.exp, self.study_id, self.since, error, status)
 
 
 # RunStore._gone's hint for a run its store went away under, left running by the worker
 LOST = re.compile(r"\brun (\d+) reads as lost now; once the store is back, ")
 MARKED = r"run \1 was marked failed by the sweep once the store answered again; "
-
-# What a worker ended by these signals most likely met (a code of -24 said nothing), and the
-# fix where there is one: the soft CPU-time limit's SIGXCPU, which a worker catches (exit
-# 152) or, ignoring it, is killed by at its hard limit's SIGKILL
-KILLED_BY = {
-    "SIGXCPU": "the CPU-time limit, ulimit -t: raise it, or give each point less to do",
-    "SIGKILL": "out of memory? dmesg says",
-}
-
-
-def _stop_codes() -> dict[int, str]:
-    """The exit codes of a worker that caught a stop signal (`stopping`: 128 + the signal, as
-    a shell reports it), with the signal's name."""
-    return {128 + int(sig): signal.Signals(sig).name for sig in STOP_SIGNALS}
-
-
-def _ended(returncode: int) -> str:
-    """How a worker ended, from Popen's returncode: its exit code, or the signal that ended
-    it by name, with what it most likely means: one that killed it (negative codes) or a stop
-    signal it caught (a SIGTERM sent to one worker read "ended with code 143"; its CPU-time
-    limit's SIGXCPU, "stopped by SIGXCPU (exit code 152)", named neither the limit nor its
-    fix)."""
-    stopped = _stop_codes()
-    if returncode in stopped:
-        name = stopped[returncode]
-        why = KILLED_BY.get(name)
-        return f"stopped by {name} ({f'{why}; ' if why else ''}exit code {returncode})"
-    if returncode >= 0:
-        return f"ended with code {returncode}"
-    said = how(returncode)  # "killed by SIGXCPU"
-    why = KILLED_BY.get(said.rpartition(" ")[2])
-    return f"{said} ({why})" if why else said
 
 
 def keep_winner_weights(

@@ -20,7 +20,7 @@ import secrets
 import shutil
 import signal
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from dlperf import stopping
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.paths import locked_folder
+from dlperf.procs import ended_how
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
@@ -350,11 +351,6 @@ def _run_pages(
         # only the two it ignores); it ends as ever, when every process of the report has.
         if os.name == "posix":  # where there is one
             resource_tracker.ensure_running()
-    # Imported now, not once a worker died: sweep's words for a dead worker come with its
-    # config's imports (pydantic's), which under the `ulimit -v` that killed an OpenBLAS worker
-    # ran out of memory in the report itself.
-    from dlperf.sweep.runner import _ended
-
     pool = ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init)
     # The pool's own table of its workers, which it empties never and drops at shutdown: read
     # once they are joined, it says which one died and how (BrokenProcessPool says neither).
@@ -368,7 +364,7 @@ def _run_pages(
             raise
         with stopping.shielded():  # joins every worker: their exit codes are known then
             pool.shutdown(cancel_futures=True)
-        raise WorkerDied(_died(workers, _ended)) from None
+        raise WorkerDied(_died(workers)) from None
     finally:  # on Ctrl-C, the pages not yet started are not drawn
         # Shielded: a second Ctrl-C that cut the shutdown left the workers waiting for work
         # that never came, and the interpreter's exit joining them, for ever.
@@ -384,9 +380,9 @@ class WorkerDied(UserError):
     exit_code = 1
 
 
-def _died(workers: Mapping[int, BaseProcess], ended_how: Callable[[int], str]) -> str:
-    """Which of the pool's joined `workers` died and how, in the words sweep uses for its
-    workers (`ended_how`: sweep.runner._ended). The pool ends the others with SIGTERM once one
+def _died(workers: Mapping[int, BaseProcess]) -> str:
+    """Which of the pool's joined `workers` died and how, in the words a sweep uses for its
+    workers (`procs.ended_how`). The pool ends the others with SIGTERM once one
     has died: the one that ended otherwise is the one, else all ended by SIGTERM, the one sent
     to them."""
     from dlperf.blas import address_limit
