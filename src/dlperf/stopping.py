@@ -112,6 +112,7 @@ class _State:
     settled: bool = False  # the exit code is decided: signals no longer count
     commanding: bool = False  # `run`'s command is running: an insisting stop may end it
     late: int | None = None  # the first stop signal after the command settled its outcome
+    insisted: BaseException | None = None  # raised inside an import that held a stop before
     cpu_s: float | None = None  # the CPU time used when a CPU-time limit's SIGXCPU came
 
 
@@ -143,7 +144,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             _stop()  # a signal more, where a `spared` block held one: its user insists
         _state.pending = True
     elif _state.pending:  # a signal more, where an import (or a profiler) held one: it insists
-        _stop()
+        _state.pending = False
+        # Kept: raised inside the import, it may be cleared as the held one would have been
+        # (`_hold_until_imported` raises it again then).
+        _state.insisted = KeyboardInterrupt()
+        raise _state.insisted
     elif importing := _imports_running():
         _hold_until_imported(importing)
     else:
@@ -170,8 +175,9 @@ def _hold_until_imported(importing: list[ModuleSpec]) -> None:
     next call: raised inside, an extension's C code could clear it and go on. torch's does,
     for its import of NumPy (`from torch._C import *`): `dlperf run` signalled then trained
     to its end and exited 0 (1 try in 15 with the signal 2 s after the start). A second
-    signal raises at once, so an import that never ends holds no stop off; under a profiler
-    of the caller's (cProfile) the stop waits for the next shielded block's end."""
+    signal raises at once, so an import that never ends holds no stop off, and again once
+    the imports end if that one was cleared too; under a profiler of the caller's (cProfile)
+    the stop waits for the next shielded block's end."""
     _state.pending = True
     if sys.getprofile() is not None:
         return
@@ -180,7 +186,12 @@ def _hold_until_imported(importing: list[ModuleSpec]) -> None:
         if any(getattr(spec, "_initializing", False) is True for spec in importing):
             return
         sys.setprofile(None)
-        if _state.pending and not _state.shields and not _state.settled:
+        insisted, _state.insisted = _state.insisted, None
+        # The interrupt a second signal raised inside the import: held by nothing but this
+        # frame (and getrefcount's argument), nothing raises or handles it: it was cleared,
+        # as the first would have been (two Ctrl-C's in torch's start-up ran the command).
+        cleared = insisted is not None and sys.getrefcount(insisted) <= 2
+        if (_state.pending or cleared) and not _state.shields and not _state.settled:
             _stop()
 
     sys.setprofile(imported)

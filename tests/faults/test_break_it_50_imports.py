@@ -70,10 +70,25 @@ def test_a_second_signal_during_the_import_raises_at_once(
 ) -> None:
     """An import that never ends must not hold a stop off for good."""
     name = importable(more="signal.raise_signal(signal.SIGINT)")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         importlib.import_module(name)
     assert name not in sys.modules  # cut inside: importlib takes the half-made module out
     assert stopping.exit_code(0) == 143  # the first signal's
+    # raised once: not again as the import unwound (it was not cleared)
+    assert caught.value.__context__ is None and sys.getprofile() is None
+
+
+def test_a_second_signal_that_the_import_clears_too_is_raised_once_it_is_done(
+    importable: Callable[..., str],
+) -> None:
+    """Round 51, T2 C1: Ctrl-C pressed twice as torch started (the first seemed to do nothing)
+    was lost both times when torch cleared the second as well, and the command ran."""
+    cleared = "try:\n    signal.raise_signal(signal.SIGINT)\nexcept BaseException:\n    pass"
+    name = importable(more=cleared)
+    with pytest.raises(KeyboardInterrupt):
+        importlib.import_module(name)  # before round 51: imported, both stops gone
+    assert sys.modules[name].finished
+    assert stopping.exit_code(0) == 143
 
 
 # `dlperf run` with SIGTERM sent as torch's start-up imports NumPy: exactly T2's moment.
