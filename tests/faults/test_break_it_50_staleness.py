@@ -1,9 +1,9 @@
 """Break-it round 49, left and fixed in round 50: `staleness`'s cap of 10,000,000 gradients did
 not bound what a simulation costs. 201,000 gradients took 97 s and 1.2 GB and printed a 15 MB
 table (rich renders a row in about 0.4 ms and 7 KB); 2,000,000 ran out of a 3 GB `ulimit -v`.
-Now the cap is 1,000,000 (about 5 s and 250 MB to simulate), a gradient is a slotted record,
-and the table shows the first TABLE_ROWS gradients, says how many it left out and where they
-all are, and the summary line still counts them all.
+Now the cap is 1,000,000 (about 10 s and 550 MB to simulate and print), a gradient is a
+slotted record, and the table shows the first TABLE_ROWS gradients, says how many it left
+out and where they all are, and the summary line still counts them all.
 """
 
 from __future__ import annotations

@@ -607,6 +607,10 @@ PUBLIC_OUTPUTS: dict[str, int] = {
     **dict.fromkeys(ATTENTIONS, 1),  # the logsumexp (CUDA's kernels: seeds, lengths too)
     **dict.fromkeys((n for n in NORMS if HANDLERS[n] is not norm_backward), 1),  # mean, rstd
     **dict.fromkeys(MAX_POOLS, 1),  # the indices
+    "native_dropout": 1,  # F.dropout in training: the mask
+    "log_sigmoid_forward": 1,  # F.logsigmoid: the buffer its backward reads
+    # F.embedding_bag: offset2bag, bag_size, max_indices
+    **dict.fromkeys(("_embedding_bag", "_embedding_bag_forward_only"), 1),
 }
 """Kernels that return more than the torch function running them does, and how many of their
 leading outputs it returns: the rest are saved for the kernel's backward

@@ -31,9 +31,9 @@ from dlperf.errors import UserError
 
 TIME_DIGITS = 9
 # Far past any real study (16 learners of 10,000 steps each are 160,000), and a bound on what
-# one costs: a million gradients simulate in about 5 s and 250 MB, and their --json document
-# takes about 30 s and 2.1 GB (measured on this project's 2-core machine). The cap was ten
-# million, which took minutes and ran out of a 3 GB `ulimit -v` at two million.
+# one costs: a million gradients simulate and print in about 10 s and 550 MB, their --json
+# document in about 30 s and 2.1 GB (measured on this project's 2-core machine). The cap was
+# ten million, which took minutes and ran out of a 3 GB `ulimit -v` at two million.
 MAX_GRADIENTS = 1_000_000
 
 
