@@ -834,19 +834,20 @@ def unfinished(run: RunView) -> list[Issue]:
     done = len(run.metric("epoch/train_loss"))
     planned = run.key("train.epochs")
     of = f" of {planned}" if isinstance(planned, int) else ""
-    if run.key("run.checkpoint") is False:
+    if other := run.stored.store.writes_elsewhere(run.run):
+        # A copy's row of a run that was training when the store was copied: its process
+        # went on in the original, and its checkpoint is that run's (a resume here refused).
+        # First: copied in its first epoch, or without a checkpoint, it never stopped.
+        fix = (
+            f"its process wrote {other} (this store is a copy of it), where it went on: see it "
+            "there; to train it in this store, run it again"
+        )
+    elif run.key("run.checkpoint") is False:
         fix = "run it again (it kept no checkpoint: run.checkpoint = false); a sweep reruns it"
     elif not done:
         fix = "run it again: it stopped before its first epoch's checkpoint"
     elif gone := _checkpoint_gone(run):
         fix = f"run it again: its checkpoint {gone}, so it cannot be resumed"
-    elif other := run.stored.store.writes_elsewhere(run.run):
-        # A copy's row of a run that was training when the store was copied: its process
-        # went on in the original, and its checkpoint is that run's (a resume here refused).
-        fix = (
-            f"its process wrote {other} (this store is a copy of it), where it went on: see it "
-            "there; to train it in this store, run it again"
-        )
     else:
         resume = shlex.join(["dlperf", *run.stored.db, "run", "--resume", str(run.run.id)])
         fix = f"continue it from its last checkpoint: {resume}"

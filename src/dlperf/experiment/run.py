@@ -200,15 +200,12 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     stored = store.get_run(run_id)
     _check_resumable(stored)
     # At once, before the data loads; again when taking over.
-    refusal = writer_refusal(stored, store.writes_elsewhere(stored))
+    elsewhere = store.writes_elsewhere(stored)
+    refusal = writer_refusal(stored, elsewhere)
     if refusal is not None:
         raise refusal
     exp = stored_experiment(stored.config, f"run {run_id}")
-    why = (
-        "it stopped before its first epoch ended; start it again"
-        if exp.run.checkpoint
-        else "it kept no checkpoint: run.checkpoint = false; run it again"
-    )
+    why = _no_checkpoint_why(exp, elsewhere)
     path = checkpoint.run_checkpoint(store, run_id, "to resume from", why)
     # The stored hash, not exp's: the run keeps its identity even if the config's defaults
     # have changed since it started.
@@ -249,6 +246,21 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
         )
         ckpt = checkpoint.Slot(path, owner, same_file=same)
         return _execute(exp, store, record, ckpt, state, prepared, reporter)
+
+
+def _no_checkpoint_why(exp: Experiment, elsewhere: str | None) -> str:
+    """Why a run to resume has no checkpoint, and what to do. `elsewhere`: the store its
+    process wrote, of which this one is a copy made while it trained
+    (`RunStore.writes_elsewhere`): copied in its first epoch, the run never stopped but went
+    on there, and "it stopped" blamed a run that may have finished."""
+    if elsewhere is not None:
+        return (
+            f"its process wrote {elsewhere} (this store is a copy of it), where it went on: see "
+            "it there; to train it in this store, start it again"
+        )
+    if exp.run.checkpoint:
+        return "it stopped before its first epoch ended; start it again"
+    return "it kept no checkpoint: run.checkpoint = false; run it again"
 
 
 # The command that makes each kind of run other than `dlperf run`'s: what to start again.
