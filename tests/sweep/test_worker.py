@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dlperf.store import RunStore
-from dlperf.sweep import worker
+from dlperf.sweep import runner, worker
 from dlperf.sweep.summary import SweepPointResult
 
 CONFIG = {"model": {"name": "smallcnn"}, "data": {"name": "digits"}, "train": {"lr": 0.3}}
@@ -28,7 +28,8 @@ def test_a_point_runs_in_the_store_of_dlperf_db_and_writes_its_result(
         seen.append((exp.train.lr, str(used.engine.url), study_id, since))
         return SweepPointResult(7, "finished", None, 0.9)
 
-    monkeypatch.setattr(worker, "run_point", fake)
+    # where main takes it from: it imports the runner once it takes the stop signals
+    monkeypatch.setattr(runner, "run_point", fake)
     config, result = tmp_path / "point.json", tmp_path / "result.json"
     config.write_text(json.dumps(CONFIG))
     assert worker.main([str(config), str(result), str(study), "4"]) == 0

@@ -415,10 +415,18 @@ class SweepRun:
         tail = [LOST.sub(MARKED, line) for line in log[-12:]]
         code = child.proc.returncode
         error = "\n".join([f"sweep worker {ended_how(code)}", *tail])
-        # A worker stopped by a signal it caught, before it could mark its run, was stopped
-        # as the run it would have marked killed (a sweep run again trains it again)
-        status = "killed" if code in stop_codes() else "failed"
+        # A worker stopped by a signal, before it could mark its run, was stopped as the run
+        # it would have marked killed (a sweep run again trains it again)
+        status = "killed" if stopped(code) else "failed"
         return record_failure(self.store, child.exp, self.study_id, self.since, error, status)
+
+
+def stopped(returncode: int) -> bool:
+    """Whether a stop signal ended a worker: one it caught (128 + the signal), or one that
+    ended it by the signal's default action (a negative code) before it took them, in the
+    interpreter's own start-up. That one stored the point `failed` ("sweep worker killed by
+    SIGTERM") where the same `kill` a moment later stored it `killed`."""
+    return returncode in stop_codes() or -returncode in stopping.STOP_SIGNALS
 
 
 # RunStore._gone's hint for a run its store went away under, left running by the worker

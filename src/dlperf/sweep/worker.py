@@ -9,6 +9,12 @@ be stored here: RESULT.json then holds only that error's line (`{"error": ...}`)
 dlperf records as the point's failure, and the worker exits with the error's code. SIGTERM
 (dlperf's supervisor stopping the sweep) stops the run as Ctrl-C does, as dlperf.stopping
 describes: it ends "killed" in the store, and the worker exits 143.
+
+The handlers are installed before the worker's heavy imports (the config, the store, the
+runner: seconds), which `main` makes: a SIGTERM in them is raised once they are, as under
+`dlperf run`, where it ended the worker by its default action and the point was stored
+`failed`. One that lands before (the interpreter's own start-up) ends it by the signal, which
+the sweep stores `killed` as well (dlperf.sweep.runner.stopped).
 """
 
 from __future__ import annotations
@@ -19,17 +25,19 @@ import sys
 from pathlib import Path
 
 from dlperf import stopping
-from dlperf.config import build_experiment
 from dlperf.errors import UserError, interrupted
-from dlperf.paths import atomic_write
-from dlperf.procs import restore_safepath
-from dlperf.progress import NullReporter
-from dlperf.store import RunStore
-from dlperf.sweep.runner import failure, run_point
 
 
 def main(argv: list[str]) -> int:
+    from dlperf.procs import restore_safepath
+
     restore_safepath()
+    from dlperf.config import build_experiment
+    from dlperf.paths import atomic_write
+    from dlperf.progress import NullReporter
+    from dlperf.store import RunStore
+    from dlperf.sweep.runner import failure, run_point
+
     config, result, study_id, since = argv
     try:
         exp = build_experiment(json.loads(Path(config).read_text()), config)
