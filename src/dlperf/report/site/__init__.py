@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import stopping
-from dlperf.errors import NoSuchRun, UserError
+from dlperf.errors import NoSuchRun, NoThreads, UserError, out_of_threads, threads_limit
 from dlperf.paths import locked_folder
 from dlperf.procs import ended_how
 from dlperf.progress import NullReporter, Reporter
@@ -34,6 +34,7 @@ from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
     from multiprocessing.process import BaseProcess
 
     from dlperf.doctor import Finding
@@ -357,7 +358,19 @@ def _run_pages(
     workers = pool._processes
     try:
         with _stops_blocked():
-            done = pool.map(_write_run_page, tasks)  # submits every task: starts the workers
+            done = _submitted(pool, tasks)
+    except BaseException as e:  # a stop too: what started is ended
+        with stopping.shielded():
+            _abandon(pool, workers)
+        if not out_of_threads(e):
+            raise
+        # Not drawn here instead: under the ulimit -v that left no room for a thread's stack,
+        # OpenBLAS ended this process short of its buffer as it drew (exit 1, no error line).
+        raise NoThreads(
+            "the report could not start its drawing workers' processes or threads",
+            threads_limit(),
+        ) from None
+    try:
         yield from done
     except BrokenProcessPool as e:
         if e.__cause__ is not None:  # a result that could not be read back: no worker died
@@ -370,6 +383,40 @@ def _run_pages(
         # that never came, and the interpreter's exit joining them, for ever.
         with stopping.shielded():
             pool.shutdown(cancel_futures=True)
+
+
+def _submitted(
+    pool: ProcessPoolExecutor, tasks: list[tuple[RunRecord, list[Finding]]]
+) -> Iterator[str]:
+    """Submit every task to `pool` (which starts its workers and its manager thread), the pages'
+    names in order as they are drawn. The call queue's feeder thread is started first, here:
+    left to the pool, its manager thread starts it as it hands the first task over, and under
+    a `ulimit -v` with room for one more thread's stack and not two, it could not, printed
+    "can't start new thread" in a traceback of its own and died, and the report waited for
+    ever on pages no one would draw. Here its failure, as the manager's own, is this thread's."""
+    internals: Any = pool  # the pool's private parts, which typeshed lacks or mistypes
+    feeder = internals._call_queue
+    with feeder._notempty:  # as `put` starts it
+        if feeder._thread is None:
+            feeder._start_thread()
+    return pool.map(_write_run_page, tasks)
+
+
+def _abandon(pool: ProcessPoolExecutor, workers: Mapping[int, BaseProcess]) -> None:
+    """End what of `pool` started before its start failed part way. Its manager thread, which
+    ends the workers at shutdown, may be one that could not start (shutdown raised then, as
+    it cannot join it) or none: the workers it spawned are ended here, and the feeder too."""
+    internals: Any = pool  # as in `_submitted`
+    manager = internals._executor_manager_thread
+    if manager is None or manager.ident is None:  # none, or one whose start failed
+        internals._executor_manager_thread = None
+        for process in [*workers.values()]:
+            process.terminate()
+        for process in [*workers.values()]:
+            process.join()
+        internals._call_queue.close()  # tells a started feeder to end
+        internals._call_queue.join_thread()
+    pool.shutdown(cancel_futures=True)
 
 
 class WorkerDied(UserError):
