@@ -295,6 +295,15 @@ class WorkerDied(UserError):
     exit_code = 1
 
 
+# The faults torch's worker start (`_set_worker_signal_handlers`) takes with C handlers that
+# write "ERROR: Unexpected segmentation fault encountered in worker.\n" and a NUL byte to
+# stderr before dying of the signal: a second line, above the training process's one line
+# (`_WorkerWatch`, which names the signal), and a NUL byte at that line's start.
+_FAULTS = tuple(
+    s for s in (getattr(signal, n, None) for n in ("SIGSEGV", "SIGBUS", "SIGFPE")) if s is not None
+)
+
+
 def _hold_group_stops(worker_id: int) -> None:
     """A DataLoader worker's start: a terminal's Ctrl-C and its SIGHUP as it closes go to the
     whole process group, these workers too; they ignore them, as report's drawing workers do,
@@ -304,10 +313,13 @@ def _hold_group_stops(worker_id: int) -> None:
     file descriptors is the training process's to say, once (`_out_of_files`): the worker's
     resource_sharer and queue feeder threads, and its exit's finalisers, printed a traceback
     for every tensor they could not hand over (multiprocessing prints them through
-    `sys.excepthook` and `traceback.print_exc`, which this worker's copies keep quiet for it)."""
+    `sys.excepthook` and `traceback.print_exc`, which this worker's copies keep quiet for it).
+    A fault (SIGSEGV, SIGBUS) takes its default action, without torch's line (`_FAULTS`)."""
     for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             signal.signal(sig, signal.SIG_IGN)
+    for sig in _FAULTS:
+        signal.signal(sig, signal.SIG_DFL)
     sys.excepthook = _quiet_out_of_files
     print_exc = traceback.print_exc
 
@@ -360,16 +372,21 @@ def _out_of_files(error: BaseException) -> bool:
     )
 
 
-def _let_go(error: BaseException) -> None:
+def _let_go(error: BaseException, told: bool = False) -> None:
     """Free now the DataLoader iterator whose __init__ `error` cut short (the frames of its
     traceback hold it), its finaliser's AttributeError ("object has no attribute
-    '_workers_status'": torch's __del__ assumes a whole iterator) left unprinted."""
+    '_workers_status'": torch's __del__ assumes a whole iterator) left unprinted. Where the
+    error is `told` in dlperf's line (`_WorkerWatch._told`), any error of that finaliser is
+    left unprinted: shutting the started workers down meets the same limit again (under
+    `ulimit -v`, "can't start new thread" for a queue's feeder thread printed torch's 14-line
+    traceback above the line). torch's finaliser still ends the workers, in its `finally`."""
     hook = sys.unraisablehook
 
     def quiet(report: sys.UnraisableHookArgs) -> None:
         finaliser = getattr(report.object, "__qualname__", "")
         if not (
-            isinstance(report.exc_value, AttributeError) and finaliser.endswith("Iter.__del__")
+            finaliser.endswith("Iter.__del__")
+            and (told or isinstance(report.exc_value, AttributeError))
         ):
             hook(report)
 
@@ -380,15 +397,25 @@ def _let_go(error: BaseException) -> None:
         sys.unraisablehook = hook
 
 
-def _killed(pid: int, name: str) -> tuple[str, str | None]:
-    """WorkerDied's message and hint for worker `pid` ended by signal `name` (SIGKILL...)."""
-    said = f"a DataLoader worker (pid {pid}) was killed by {name}"
-    if name != "SIGKILL":
-        return said, None
-    return said, (
+# Why a worker is most likely killed by a signal, and the fix. SIGBUS: a worker hands each
+# batch over in shared memory, and writing past a full /dev/shm (docker's default is 64 MB)
+# faults; torch's own worker line said only "insufficient shared memory (shm)".
+_KILLED_BY = {
+    "SIGKILL": (
         "the kernel's out-of-memory killer sends SIGKILL: lower data.num_workers or "
         "train.batch_size, or use data.loader=tensor"
-    )
+    ),
+    "SIGBUS": (
+        "a full /dev/shm, where workers hand batches over, sends SIGBUS: give it more room "
+        "(docker run --shm-size), or lower data.num_workers or train.batch_size, or use "
+        "data.loader=tensor"
+    ),
+}
+
+
+def _killed(pid: int, name: str) -> tuple[str, str | None]:
+    """WorkerDied's message and hint for worker `pid` ended by signal `name` (SIGKILL...)."""
+    return f"a DataLoader worker (pid {pid}) was killed by {name}", _KILLED_BY.get(name)
 
 
 def _no_sigchld_raise() -> None:
@@ -522,7 +549,7 @@ class _WorkerWatch:
             iterator: Iterator[Any] = iter(loader)
         except (RuntimeError, OSError) as e:
             told = self._told(e)
-            _let_go(e)
+            _let_go(e, told=told is not e)
             if told is e:
                 raise
             raise told from None
