@@ -42,13 +42,9 @@ def _ending_page(task: Any) -> str:
 
 
 @pytest.mark.timeout(300)
-def test_c1_a_drawing_worker_killed_ends_the_report_in_one_line(
-    cli: Callable[..., CliResult],
-    store: RunStore,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Before: rc 1, a BrokenProcessPool traceback and no `error:` line."""
+def pooled_report(store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two finished runs, whose report the pool draws (from 2 pages, on 2 cores), and an old
+    site in tmp_path/site that a failed report must leave as it was."""
     for i in range(2):
         run_id = store.create_run(f"r{i}", "run", {})
         store.log_metrics(run_id, [("train/loss", step, 1 / step) for step in range(1, 4)])
@@ -56,9 +52,20 @@ def test_c1_a_drawing_worker_killed_ends_the_report_in_one_line(
     old = tmp_path / "site"
     old.mkdir()
     (old / "index.html").write_text("the old site")
-    (old / "run-1.html").write_text("an old page")
-    monkeypatch.setattr(site, "POOL_FROM", 2)  # the pool for 2 pages
+    monkeypatch.setattr(site, "POOL_FROM", 2)
     monkeypatch.setattr("dlperf.system.usable_cores", lambda: 2)
+    return old
+
+
+def test_c1_a_drawing_worker_killed_ends_the_report_in_one_line(
+    cli: Callable[..., CliResult],
+    store: RunStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: rc 1, a BrokenProcessPool traceback and no `error:` line."""
+    old = pooled_report(store, tmp_path, monkeypatch)
+    (old / "run-1.html").write_text("an old page")
     monkeypatch.setattr(site, "_write_run_page", _ending_page)
     monkeypatch.setenv(HOW_ENV, "SIGKILL")
     result = cli("report", "--out", "site")

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dlperf.report import site
 from dlperf.store import RunStore
+from tests.faults.test_break_it_50_report_workers import pooled_report
 
 if TYPE_CHECKING:
     from tests.conftest import CliResult
@@ -60,15 +60,7 @@ def test_c1_a_pool_that_cannot_start_its_threads_ends_the_report_in_one_line(
 ) -> None:
     """Before: the feeder's case hung after a thread's traceback; the manager's ended in a
     traceback ("cannot join thread before it is started") with a worker left running."""
-    for i in range(2):
-        run_id = store.create_run(f"r{i}", "run", {})
-        store.log_metrics(run_id, [("train/loss", step, 1 / step) for step in range(1, 4)])
-        store.finish_run(run_id, "finished")
-    old = tmp_path / "site"
-    old.mkdir()
-    (old / "index.html").write_text("the old site")
-    monkeypatch.setattr(site, "POOL_FROM", 2)  # the pool for 2 pages
-    monkeypatch.setattr("dlperf.system.usable_cores", lambda: 2)
+    old = pooled_report(store, tmp_path, monkeypatch)
     monkeypatch.setattr("dlperf.errors.address_limit", lambda: 210000 * 1024)
     monkeypatch.setattr("dlperf.errors.room", lambda size: False)
     monkeypatch.setattr("dlperf.errors._thread_stack", lambda: 8 * 2**20)  # ulimit -s 8192's
