@@ -124,6 +124,8 @@ def _like(store: RunStore, run_id: int, system: dict[str, Any] = {}, **summary: 
         "contention": None,
         "reliable": True,
         "reliability_note": None,
+        # a busy host's run can wait 20% of its step on data (data-bound), an idle one not
+        "phases": {**s["phases"], "data": 0.0} if s.get("phases") else None,
     }
     free = {"free_cores": float(run.system["usable_cores"])}
     copy = store.create_run(

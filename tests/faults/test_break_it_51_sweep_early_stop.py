@@ -43,9 +43,12 @@ def _tiny(root: Path) -> Experiment:
 
 # A worker a stop signal ends before any handler of dlperf's is installed: the signal's default
 # action (Python's own SIGINT handler raises KeyboardInterrupt, which then ends it by SIGINT).
+# SIGINT's default put back first: a shell's background job (a CI script's `make test &`)
+# starts with SIGINT ignored, and the child went on and exited 0.
 EARLY = (
-    "import os, sys; print('starting', file=sys.stderr, flush=True); "
-    "os.kill(os.getpid(), int(sys.argv[1]))"
+    "import os, signal, sys; print('starting', file=sys.stderr, flush=True); "
+    "signal.signal(int(sys.argv[1]), signal.default_int_handler if int(sys.argv[1]) == "
+    "signal.SIGINT else signal.SIG_DFL); os.kill(os.getpid(), int(sys.argv[1]))"
 )
 
 
