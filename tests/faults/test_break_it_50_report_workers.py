@@ -106,7 +106,7 @@ def test_c1_the_worker_that_died_is_named_with_how_it_ended(
 ) -> None:
     """Which worker died, read off the pool's joined workers (the others it SIGTERMed): the
     cases a real pool would take another two workers' start-up each to show."""
-    monkeypatch.setattr("dlperf.blas.address_limit", lambda: limit)
+    monkeypatch.setattr("dlperf.errors.address_limit", lambda: limit)
     workers = {pid: _Ended(code) for pid, code in codes.items()}
 
     assert site._died(workers) == said  # type: ignore[arg-type]

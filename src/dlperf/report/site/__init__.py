@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import stopping
-from dlperf.errors import NoSuchRun, NoThreads, UserError, out_of_threads, threads_limit
+from dlperf.errors import (
+    NoSuchRun,
+    NoThreads,
+    UserError,
+    memory_limit,
+    out_of_threads,
+    threads_limit,
+)
 from dlperf.paths import locked_folder
 from dlperf.procs import ended_how
 from dlperf.progress import NullReporter, Reporter
@@ -432,8 +439,6 @@ def _died(workers: Mapping[int, BaseProcess]) -> str:
     workers (`procs.ended_how`). The pool ends the others with SIGTERM once one
     has died: the one that ended otherwise is the one, else all ended by SIGTERM, the one sent
     to them."""
-    from dlperf.blas import address_limit
-
     ended = [(pid, p.exitcode) for pid, p in workers.items() if p.exitcode is not None]
     pool_sent = -int(signal.SIGTERM)
     pid, code = next(((pid, c) for pid, c in ended if c != pool_sent), (None, pool_sent))
@@ -441,9 +446,8 @@ def _died(workers: Mapping[int, BaseProcess]) -> str:
         pid = ended[0][0]
     who = "a report drawing worker" + (f" (pid {pid})" if pid is not None else "")
     said = f"{who} {'was ' if code < 0 else ''}{ended_how(code)}"
-    limit = address_limit()
-    if 0 < code < 128 and limit is not None:  # OpenBLAS's exit(1) short of a buffer, most likely
-        said += f" (a memory limit, ulimit -v {limit // 1024} may be too low)"
+    if 0 < code < 128:  # under a memory limit: OpenBLAS's exit(1) short of a buffer, most likely
+        said += memory_limit()
     return said
 
 
