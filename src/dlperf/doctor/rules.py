@@ -31,6 +31,7 @@ from dlperf.errors import UserError
 from dlperf.shipped import dataset_table
 from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
+from dlperf.store.runstore import went_on_in
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -838,10 +839,7 @@ def unfinished(run: RunView) -> list[Issue]:
         # A copy's row of a run that was training when the store was copied: its process
         # went on in the original, and its checkpoint is that run's (a resume here refused).
         # First: copied in its first epoch, or without a checkpoint, it never stopped.
-        fix = (
-            f"its process wrote {other} (this store is a copy of it), where it went on: see it "
-            "there; to train it in this store, run it again"
-        )
+        fix = went_on_in(other, "run it again")
     elif run.key("run.checkpoint") is False:
         fix = "run it again (it kept no checkpoint: run.checkpoint = false); a sweep reruns it"
     elif not done:

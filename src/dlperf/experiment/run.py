@@ -42,7 +42,7 @@ from dlperf.precision import check_default_dtype
 from dlperf.procs import this_process
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
-from dlperf.store import Recording, RunStore, writer_refusal
+from dlperf.store import Recording, RunStore, went_on_in, writer_refusal
 from dlperf.store.names import given
 from dlperf.store.query import API_PROCESS, from_experiment
 from dlperf.store.record import RunRecord
@@ -254,10 +254,7 @@ def _no_checkpoint_why(exp: Experiment, elsewhere: str | None) -> str:
     (`RunStore.writes_elsewhere`): copied in its first epoch, the run never stopped but went
     on there, and "it stopped" blamed a run that may have finished."""
     if elsewhere is not None:
-        return (
-            f"its process wrote {elsewhere} (this store is a copy of it), where it went on: see "
-            "it there; to train it in this store, start it again"
-        )
+        return went_on_in(elsewhere, "start it again")
     if exp.run.checkpoint:
         return "it stopped before its first epoch ended; start it again"
     return "it kept no checkpoint: run.checkpoint = false; run it again"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         RunStore,
         masked_url,
         repair,
+        went_on_in,
         writer_refusal,
     )
 
@@ -33,6 +34,7 @@ __all__ = [
     "RunStore",
     "masked_url",
     "repair",
+    "went_on_in",
     "writer_refusal",
 ]
 

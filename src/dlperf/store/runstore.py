@@ -1665,6 +1665,17 @@ def _same(column: Any, value: Any) -> Any:
     return column.is_(None) if value is None else column == value
 
 
+def went_on_in(elsewhere: str, again: str) -> str:
+    """The advice for a copy's row of a run that was training when the store was copied: its
+    process went on in `elsewhere` (`RunStore.writes_elsewhere`), where the run is to be seen;
+    `again` (the words of the command that says it) trains it in this store. Said by
+    `doctor`'s unfinished finding and by `run --resume`'s refusal."""
+    return (
+        f"its process wrote {elsewhere} (this store is a copy of it), where it went on: see it "
+        f"there; to train it in this store, {again}"
+    )
+
+
 def writer_refusal(run: RunRecord, elsewhere: str | None = None) -> UserError | None:
     """Why this process may not become the writer of `run`: it finished, or it is running
     in a process that lives (or lives on another host, where that cannot be told).
