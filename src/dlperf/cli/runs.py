@@ -12,7 +12,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_listing, open_store, state
 from dlperf.errors import UserError
-from dlperf.parsing import flatten, name_text
+from dlperf.parsing import name_text
 
 runs_app = typer.Typer(
     help="List, show, compare, tag, delete and repair stored runs.\n\nExample: dlperf runs list",
@@ -96,7 +96,14 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
 
     Example: dlperf runs show 1
     """
-    from dlperf.store.query import config_settings, config_value, cut_text, metric_table, show
+    from dlperf.store.query import (
+        config_settings,
+        config_value,
+        cut_text,
+        metric_table,
+        show,
+        system_rows,
+    )
 
     view = show(store := reader(), run_id, values=as_json)  # the table reads its own rows
     if console.printed_json(as_json, view.to_dict()):
@@ -123,7 +130,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
         console.print_table("config", ["section", "keys set"], config_settings(run.config))
     if system:
         console.print_table(
-            "system", ["key", "value"], [[k, _plain(v)] for k, v in flatten(system).items()]
+            "system", ["key", "value"], [[k, _plain(v)] for k, v in system_rows(system).items()]
         )
     if view.artifacts:
         console.print_table(

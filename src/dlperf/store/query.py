@@ -38,7 +38,7 @@ from dlperf.parsing import (
 )
 from dlperf.procs import process_alive
 from dlperf.procs import stopped as is_stopped
-from dlperf.store.record import LOST
+from dlperf.store.record import LOST, place_words
 from dlperf.store.record import STATUSES as STORED
 
 if TYPE_CHECKING:
@@ -273,6 +273,15 @@ def run_by_api(run: RunRecord) -> bool:
     # "store": the store the writer writes (RunStore.writes_elsewhere), not the process's
     writer = {k: v for k, v in (run.process or {}).items() if k != "store"}
     return isinstance(started, dict) and started == writer
+
+
+def system_rows(system: dict[str, Any]) -> dict[str, Any]:
+    """A run's `system` as `runs show` and the report show it: dotted keys, with the store its
+    process writes (`process.store`, a PostgreSQL store's place recorded as JSON) in words."""
+    rows = flatten(system)
+    if "process.store" in rows:
+        rows["process.store"] = place_words(rows["process.store"])
+    return rows
 
 
 # Per-epoch table: column header -> metric key, in reading order (a clock by what it counts).

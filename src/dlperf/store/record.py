@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +15,41 @@ if TYPE_CHECKING:
 RUNNING, LOST = "running", "lost"  # `lost` is shown, never stored
 # What a run may be stored as (the store's check; SQLAlchemy-free, so listings read it too).
 STATUSES = (RUNNING, "finished", "failed", "killed")
+
+
+def read_place(recorded: str | None) -> dict[str, Any] | None:
+    """A PostgreSQL store's place as its `home`, its `copy_file` and its runs' `process.store`
+    record it (`runstore._server_place`), read back; None for a SQLite file's path."""
+    if recorded is None or not recorded.startswith("{"):
+        return None
+    with contextlib.suppress(ValueError, TypeError):
+        place = json.loads(recorded)["postgresql"]
+        if isinstance(place, dict):
+            return place
+    return None
+
+
+def place_named(place: dict[str, Any]) -> tuple[tuple[int, int], str] | None:
+    """A place's database and schema oids, and the words a line names it by; None for one
+    that cannot be read (set by hand)."""
+    try:
+        database, schema = place["database"], place["schema"]
+        key = (int(database[0]), int(schema[0]))
+        return key, f"PostgreSQL database {database[1]}, schema {schema[1]}"
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def place_words(recorded: Any) -> Any:
+    """A recorded store place as a table shows it: a PostgreSQL store's database and schema
+    (and its server's system identifier) in words, where its record is JSON that `runs show`
+    and the report printed as it was; a SQLite file's path, or anything else, as it is."""
+    place = read_place(recorded) if isinstance(recorded, str) else None
+    named = place_named(place) if place is not None else None
+    if place is None or named is None:
+        return recorded
+    server = place.get("server")
+    return named[1] if server is None else f"{named[1]} (server {server})"
 
 
 @dataclass(frozen=True)

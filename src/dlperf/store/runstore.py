@@ -82,7 +82,7 @@ from dlperf.paths import error_line, no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.query import ABSENT, from_experiment, no_such_run
-from dlperf.store.record import RUNNING, STATUSES, RunRecord
+from dlperf.store.record import RUNNING, STATUSES, RunRecord, place_named, read_place
 from dlperf.store.schema import (
     COPY_DIR,
     COPY_FILE,
@@ -1373,9 +1373,9 @@ def _elsewhere(recorded: str | None, here: str) -> Path | str | None:
     `runs delete` removed the files the server's store still records."""
     if recorded is None or recorded == here:
         return None
-    place = _read_place(recorded)
+    place = read_place(recorded)
     if place is not None:
-        named = _place_named(place)
+        named = place_named(place)
         return named[1] if named is not None else "a PostgreSQL store"
     with contextlib.suppress(OSError):
         if Path(recorded).is_file() and not Path(recorded).samefile(here):
@@ -1454,35 +1454,13 @@ def _server_place(engine: Engine) -> str | None:
     return json.dumps({"postgresql": place}, sort_keys=True)
 
 
-def _read_place(recorded: str | None) -> dict[str, Any] | None:
-    """A `home` that `_server_place` wrote, read back; None for a SQLite file's path."""
-    if recorded is None or not recorded.startswith("{"):
-        return None
-    with contextlib.suppress(ValueError, TypeError):
-        place = json.loads(recorded)["postgresql"]
-        if isinstance(place, dict):
-            return place
-    return None
-
-
-def _place_named(place: dict[str, Any]) -> tuple[tuple[int, int], str] | None:
-    """A place's database and schema oids, and the words a line names it by; None for one
-    that cannot be read (set by hand)."""
-    try:
-        database, schema = place["database"], place["schema"]
-        key = (int(database[0]), int(schema[0]))
-        return key, f"PostgreSQL database {database[1]}, schema {schema[1]}"
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
 def _server_elsewhere(s: Session, recorded: str | None, here: str) -> str | None:
     """The PostgreSQL store `recorded` names, as a line names it, while it is another store
     than `here` and may still be there (a copy's original); None when it is `here`, or gone
     from this server (the copy is the store now, as a SQLite store moved). One on another
     server cannot be looked for: its copy keeps the original's files for good."""
-    them, us = _read_place(recorded), _read_place(here)
-    named = _place_named(them) if them is not None else None
+    them, us = read_place(recorded), read_place(here)
+    named = place_named(them) if them is not None else None
     if them is None or us is None or named is None:
         return None
     server, key, shown = them.get("server"), named[0], named[1]
@@ -2196,7 +2174,7 @@ class RunStore:
         if self._file is not None:
             return _elsewhere(recorded, str(self._file.path))
         if self._server is not None:
-            if recorded is not None and _read_place(recorded) is None:
+            if recorded is not None and read_place(recorded) is None:
                 # A SQLite store's tables moved onto the server carry its file's path: while
                 # that file is there, this store is its copy (read as no place at all, this
                 # store took `<store id>/` for its own, and its runs delete removed the
@@ -2223,7 +2201,7 @@ class RunStore:
         identity = _meta(s, HOME_FILE)
         if identity is None or identity == _identity(self._file.device, self._file.inode):
             return None  # recorded by an older dlperf, or this very file: the home
-        if _read_place(home) is not None or os.path.lexists(home):
+        if read_place(home) is not None or os.path.lexists(home):
             return None  # a server's place, or this file by another name (`_elsewhere`)
         return _renamed(home, identity, here, self.id)
 

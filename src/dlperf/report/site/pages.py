@@ -29,7 +29,7 @@ from dlperf.report.site.html import (
 )
 from dlperf.report.site.trace_section import trace_section
 from dlperf.store import RunStore
-from dlperf.store.query import tracked
+from dlperf.store.query import system_rows, tracked
 from dlperf.store.record import RunRecord
 
 # Summary figures shown in the index, by run kind: (column, summary key); `heading` adds
@@ -127,7 +127,7 @@ def run_page(
     body += ["<h2>Summary</h2>", key_values(flatten(run.summary), quantity)]
     # A dlperf.track run's config is the user's own, whatever keys it shares with an experiment.
     body += ["<h2>Config</h2>", config(run.config or {}, whole=tracked(run))]
-    body += ["<h2>System</h2>", key_values(flatten(run.system or {}))]
+    body += ["<h2>System</h2>", key_values(system_rows(run.system or {}))]
     artifacts = store.artifacts(run.id)
     listing = table(["kind", "path"], [[a["kind"], a["path"]] for a in artifacts])
     body += ["<h2>Artifacts</h2>", listing if artifacts else '<p class="note">none</p>']
