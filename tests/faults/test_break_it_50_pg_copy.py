@@ -55,6 +55,9 @@ def test_doctor_in_a_copy_does_not_advise_resuming_the_originals_run(
             # before, on PostgreSQL: "continue it from its last checkpoint: ... --resume 1"
             assert "--resume" not in said, r.out
             assert f"its process wrote {named} (this store is a copy of it)" in said, r.out
+            # round 51's Left: the headline read "the run was lost after 1 of 1 epoch(s)"
+            assert "the run was still training when this store was copied" in said, r.out
+            assert "was lost" not in said, r.out
     finally:
         if writer.poll() is None:
             writer.kill()

@@ -849,10 +849,13 @@ def unfinished(run: RunView) -> list[Issue]:
     else:
         resume = shlex.join(["dlperf", *run.stored.db, "run", "--resume", str(run.run.id)])
         fix = f"continue it from its last checkpoint: {resume}"
+    said = f"the run was {status} after {done}{of} epoch(s)"
+    if other and status == "lost":  # its process ended in the original, where it went on
+        said = f"the run was still training when this store was copied, after {done}{of} epoch(s)"
     return [
         Issue(
             "warning",
-            f"the run was {status} after {done}{of} epoch(s): its figures are a partial run's",
+            f"{said}: its figures are a partial run's",
             fix,
             {"status": status, "epochs_done": done, "epochs": planned},
         )
