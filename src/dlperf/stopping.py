@@ -135,10 +135,8 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         # a user insisting as a second Ctrl-C does: it must not cut the first stop's cleanup.
         return
     if _state.received is None:
-        _state.received = signum
+        _received(signum)
         _children_quiet()
-        if signum == _SIGXCPU:  # not the soft limit read later: the kernel raises it a second
-            _state.cpu_s = time.process_time()  # each time it sends SIGXCPU
     if _state.shields:
         if _state.pending and _state.spared and _state.shields == 1:
             _stop()  # a signal more, where a `spared` block held one: its user insists
@@ -306,11 +304,20 @@ def requested() -> bool:
     return _state.received is not None
 
 
+def _received(signum: int) -> None:
+    """The first stop signal, and the CPU time used when it is a CPU-time limit's SIGXCPU
+    (not the soft limit read later: the kernel raises it a second each time it sends one)."""
+    _state.received = signum
+    if signum == _SIGXCPU:
+        _state.cpu_s = time.process_time()
+
+
 def noted(signum: int) -> None:
     """A stop signal that other code took (the HTTP server drains its queue on one): the exit
-    code is 128 + `signum`."""
+    code is 128 + `signum`. (Round 52: a server stopped by its CPU-time limit said "after 0 s
+    of CPU": only the handler here recorded the CPU time.)"""
     if _state.received is None:
-        _state.received = signum
+        _received(signum)
 
 
 class shielded:  # lower case: used as `with shielded():`, like contextlib.suppress
