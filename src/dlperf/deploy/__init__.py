@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# ONNX Runtime's telemetry off, unless the user set the variable: read once, as the library
+# loads, so here, before any module of this package imports it (served_model, runtime). Left
+# on, its uploader (1.32's 1DS, on Linux too) kept a store and device id in ~/.cache/Microsoft
+# and, some 9 s after the load and every few seconds after, started threads that resolved and
+# reached Microsoft's collector, each reserving an 8 MiB stack and a 64 MiB malloc arena: an
+# idle `serve` grew from 608 to 895 MB of address space after it said it served, and under
+# `ulimit -v 300000` died of it ("cannot allocate memory for thread-local data", SIGABRT,
+# SIGSEGV), past every check made before serving (round 52).
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 def check_out(out: Path) -> None:
