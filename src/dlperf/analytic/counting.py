@@ -962,7 +962,8 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self.counts_ops(name) and not func._schema.is_mutable:
             # A container's own op output is an activation; a layer's is its module output.
             # Of a kernel, the outputs its function returns (F.layer_norm: not mean and rstd).
-            produced = _tensors(out)[: ops.public_outputs(ops.op_name(func), self.call)]
+            every, public = _tensors(out), ops.public_outputs(ops.op_name(func), self.call)
+            produced = every if public is None else [every[i] for i in public if i < len(every)]
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
             row.output_shape = list(produced[0].shape) if produced else row.output_shape

@@ -603,28 +603,57 @@ MAX_POOLS = frozenset(
 )
 """The max pools' kernels (forward), each returning the indices of its maxima beside its output."""
 
-PUBLIC_OUTPUTS: dict[str, int] = {
-    **dict.fromkeys(ATTENTIONS, 1),  # the logsumexp (CUDA's kernels: seeds, lengths too)
-    **dict.fromkeys((n for n in NORMS if HANDLERS[n] is not norm_backward), 1),  # mean, rstd
-    **dict.fromkeys(MAX_POOLS, 1),  # the indices
-    "native_dropout": 1,  # F.dropout in training: the mask
-    "log_sigmoid_forward": 1,  # F.logsigmoid: the buffer its backward reads
+PUBLIC_OUTPUTS: dict[str, tuple[int, ...]] = {
+    **dict.fromkeys(ATTENTIONS, (0,)),  # the logsumexp (CUDA's kernels: seeds, lengths too)
+    **dict.fromkeys((n for n in NORMS if HANDLERS[n] is not norm_backward), (0,)),  # mean, rstd
+    **dict.fromkeys(MAX_POOLS, (0,)),  # the indices
+    "native_dropout": (0,),  # F.dropout in training: the mask
+    "log_sigmoid_forward": (0,),  # F.logsigmoid: the buffer its backward reads
     # F.embedding_bag: offset2bag, bag_size, max_indices
-    **dict.fromkeys(("_embedding_bag", "_embedding_bag_forward_only"), 1),
+    **dict.fromkeys(("_embedding_bag", "_embedding_bag_forward_only"), (0,)),
+    "_linalg_det": (0,),  # torch.linalg.det, torch.det: the LU and pivots
+    "_linalg_slogdet": (0, 1),  # sign and logabsdet: the LU and pivots
+    "_linalg_solve_ex": (0,),  # torch.linalg.solve: the LU, pivots and info
+    "_linalg_svd": (1,),  # torch.linalg.svdvals (matrix_norm, cond...): S, not U and Vh
+    "_linalg_eigh": (0,),  # torch.linalg.eigvalsh: the eigenvalues
+    "linalg_inv_ex": (0,),  # torch.linalg.inv, torch.inverse: the info
+    "linalg_cholesky_ex": (0,),  # torch.linalg.cholesky: the info
+    "linalg_lu_factor_ex": (0, 1),  # torch.linalg.lu_factor, torch.lu: the info
+    # F.nll_loss, F.cross_entropy: the total weight; F.ctc_loss: log_alpha;
+    # F.multilabel_margin_loss: is_target
+    **dict.fromkeys(("nll_loss_forward", "nll_loss2d_forward", "_ctc_loss"), (0,)),
+    "multilabel_margin_loss_forward": (0,),
 }
-"""Kernels that return more than the torch function running them does, and how many of their
-leading outputs it returns: the rest are saved for the kernel's backward
-(F.scaled_dot_product_attention, F.layer_norm, F.batch_norm, F.max_pool2d return one tensor),
-no activation of the model's."""
+"""Kernels that return more than the torch function running them does, and which of their
+outputs (indices) it returns: the rest are saved for the kernel's backward or tell an error
+(F.scaled_dot_product_attention, F.layer_norm, F.max_pool2d, torch.linalg.det return one
+tensor; torch.linalg.svdvals the middle of its kernel's U, S, Vh), no activation of the
+model's."""
+
+CALL_OUTPUTS: dict[tuple[str, str], tuple[int, ...] | None] = {
+    ("_linalg_svd", "linalg_svd"): None,  # U, S, Vh
+    ("_linalg_svd", "svd"): None,  # torch.svd, Tensor.svd: U, S, V
+    ("_linalg_eigh", "linalg_eigh"): None,  # eigenvalues and eigenvectors
+    ("linalg_eig", "linalg_eigvals"): (0,),  # the eigenvalues, not the eigenvectors
+    ("linalg_inv_ex", "linalg_inv_ex"): None,  # the *_ex forms return the info too
+    ("linalg_cholesky_ex", "linalg_cholesky_ex"): None,
+    ("linalg_lu_factor_ex", "linalg_lu_factor_ex"): None,
+    ("_linalg_solve_ex", "linalg_solve_ex"): (0, 3),  # the result and info
+}
+"""Where the torch-level call (by `__name__`) returns other outputs of a kernel than
+PUBLIC_OUTPUTS says: torch.linalg.svd all that svdvals leaves out, torch.linalg.eigvals
+fewer than torch.linalg.eig."""
 
 
-def public_outputs(name: str, call: str) -> int | None:
-    """How many leading outputs of the ATen operator `name` (`op_name`) are the model's own,
-    run by the torch-level function named `call` ("" where none is seen); None: all of them.
+def public_outputs(name: str, call: str) -> tuple[int, ...] | None:
+    """Which outputs (their indices) of the ATen operator `name` (`op_name`) are the model's
+    own, run by the torch-level function named `call` ("" where none is seen); None: all.
     A max pool's indices are the model's where the call asks for them (F.max_pool2d(x, 2,
     return_indices=True) runs as F.max_pool2d_with_indices), as nn.MaxPool2d's are then."""
     if name in MAX_POOLS and call.endswith("_with_indices"):
         return None
+    if (name, call) in CALL_OUTPUTS:
+        return CALL_OUTPUTS[name, call]
     return PUBLIC_OUTPUTS.get(name)
 
 
