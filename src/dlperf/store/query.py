@@ -1176,7 +1176,9 @@ def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
 
 def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunRecord]:
     """The runs `runs delete` may delete, as they stand: every one must exist, and none may
-    still be `running` unless `force` (a `lost` one may go)."""
+    still be `running` unless `force` (a `lost` one may go). A copy's row of a run that its
+    original's process trains (`RunStore.writes_elsewhere`) is refused as that store's run,
+    with the advice that fits a copy (`copy_delete_refusal`), never to stop it."""
     missing = []
     runs = []
     for run_id in run_ids:
@@ -1187,18 +1189,27 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
     if missing:
         raise no_such_run(store.engine, ", ".join(missing), "; nothing deleted")
     running = [r for r in runs if r.status == "running"]
+    elsewhere = {r.id: w for r in running if (w := store.writes_elsewhere(r)) is not None}
+    own = [r for r in running if r.id not in elsewhere]
     # Said with or without --force: the generic line offered --force, which then refused. A
     # run of another store (this one its copy) is deleted here without a signal: not refused.
-    _refuse_users_programs([r for r in running if store.writes_elsewhere(r) is None])
-    if running and not force:
+    _refuse_users_programs(own)
+    if force:
+        return runs
+    if own:
         where = ", ".join(
             f"{r.id} (pid {p.get('pid')} on {p.get('host')})" if (p := r.process) else str(r.id)
-            for r in running
+            for r in own
         )
         raise UserError(
             f"run {where} is still running; nothing deleted",
             "stop it first, or pass --force",
         )
+    if elsewhere:
+        # The original's run, whose process trains on there: "stop it first" stopped that.
+        from dlperf.store.runstore import copy_delete_refusal
+
+        raise copy_delete_refusal([(r.id, r.process, elsewhere[r.id]) for r in running])
     return runs
 
 

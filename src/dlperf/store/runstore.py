@@ -1654,6 +1654,31 @@ def went_on_in(elsewhere: str, again: str) -> str:
     )
 
 
+def _that_stores(run_id: int, process: dict[str, Any] | None, elsewhere: str) -> str:
+    """Whose run `run_id` is, in a copy of the store `elsewhere` that its `process` writes
+    (`RunStore.writes_elsewhere`): the words of every refusal of that run in the copy."""
+    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
+    return (
+        f"run {run_id} runs{who}, which writes {elsewhere} (this store is a copy of it): it is "
+        "that store's run"
+    )
+
+
+def copy_delete_refusal(runs: Sequence[tuple[int, dict[str, Any] | None, str]]) -> UserError:
+    """`runs delete` without --force of a copy's rows of `runs` (id, process, the store that
+    process writes) that were training when the store was copied: each is the original's run,
+    and the row here is a copy nothing updates. "Stop it first", a running run's advice,
+    would stop the original's training; --force deletes the row here only, sending no signal
+    (`query.stop`)."""
+    them, processes = (
+        ("it", "its process is") if len(runs) == 1 else ("them", "their processes are")
+    )
+    return UserError(
+        f"{'; '.join(_that_stores(*run) for run in runs)}; nothing deleted",
+        f"pass --force to delete {them} from this store only: {processes} not stopped",
+    )
+
+
 def writer_refusal(run: RunRecord, elsewhere: str | None = None) -> UserError | None:
     """Why this process may not become the writer of `run`: it finished, or it is running
     in a process that lives (or lives on another host, where that cannot be told).
@@ -1664,14 +1689,13 @@ def writer_refusal(run: RunRecord, elsewhere: str | None = None) -> UserError | 
         return UserError(f"run {run.id} already finished", "start a new run instead")
     if run.status != RUNNING:
         return None
-    process = run.process or {}
-    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
     if elsewhere is not None:
         return UserError(
-            f"run {run.id} runs{who}, which writes {elsewhere} (this store is a copy of it): "
-            "it is that store's run, and trains on there",
+            f"{_that_stores(run.id, run.process, elsewhere)}, and trains on there",
             "see it in that store; to train it in this one, start it again here",
         )
+    process = run.process or {}
+    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
     return UserError(
         f"run {run.id} is running{who}: one process writes a run at a time",
         "wait for it to end, or stop it; a run whose process is gone can be resumed",
@@ -2366,9 +2390,14 @@ class RunStore:
 
     def _written_elsewhere(self, s: Session, run_id: int) -> bool:
         """`writes_elsewhere` of run `run_id`, read in the transaction `s`."""
+        return self._process_elsewhere(s, run_id)[1] is not None
+
+    def _process_elsewhere(self, s: Session, run_id: int) -> tuple[Any, Path | str | None]:
+        """Run `run_id`'s recorded process, and the other store it writes (`_other_store`),
+        read in the transaction `s`."""
         system = s.scalar(select(Run.system).where(Run.id == run_id))
         process = system.get("process") if isinstance(system, dict) else None
-        return self._other_store(s, process) is not None
+        return process, self._other_store(s, process)
 
     def _copy_of(self, s: Session) -> Path | str | None:
         """The store this one is a copy of while that one is still there: the SQLite file of
@@ -2782,7 +2811,8 @@ class RunStore:
         `force`, a run whose owner runs on another host (who cannot be stopped from here) goes
         too, and so does a copy's row of a run whose owner writes another store
         (`writes_elsewhere`); one whose owner lives on this host and writes this store never
-        does: stop it first (`query.stop`).
+        does: stop it first (`query.stop`). Without `force`, a copy's row of a run whose owner
+        lives and writes another store is refused as that store's run (`copy_delete_refusal`).
 
         Only what a run owns goes: a recorded file under this store's artifact directory
         (`<out_dir>/<store id>/`, or a copy's own, `_copy_dir`) that no other run records, and
@@ -2835,13 +2865,20 @@ class RunStore:
             if force:  # a copy's row of a run another store's process writes (`query.stop`)
                 running = {i: a for i, a in running.items() if not self._written_elsewhere(s, i)}
             live = [i for i, a in running.items() if a is True or (a is None and not force)]
-            if live:
+            # A copy's row of a run whose process writes the original (not `force`: those
+            # went above) is that store's, not one to stop: said as `query.to_delete` says it.
+            writers = {i: self._process_elsewhere(s, i) for i in live}
+            copies = {i: pw for i, pw in writers.items() if pw[1] is not None}
+            here = [i for i in live if i not in copies]
+            if here:
                 # --force helps only where the owner is on another host (None), not given yet.
-                unknown = not force and any(running[i] is None for i in live)
+                unknown = not force and any(running[i] is None for i in here)
                 raise UserError(
-                    f"run {', '.join(map(str, live))} is running; nothing deleted",
+                    f"run {', '.join(map(str, here))} is running; nothing deleted",
                     "stop it first, or pass --force" if unknown else "stop it first",
                 )
+            if copies:
+                raise copy_delete_refusal([(i, p, str(w)) for i, (p, w) in copies.items()])
             gone = [i for i in ids if i in found]
             recorded = select(Artifact.run_id, Artifact.path, Artifact.kind)
             recorded = recorded.where(Artifact.run_id.in_(gone)).order_by(Artifact.id)
