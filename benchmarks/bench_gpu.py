@@ -270,6 +270,7 @@ def paleo(quick: bool, db: str, tmp: str) -> dict[str, Any]:
 def onnx_vs_eager(quick: bool, device: torch.device, tmp: str) -> dict[str, Any]:
     """ONNX Runtime (each local provider it has but TensorRT) against eager PyTorch on this device,
     ResNet-18 (32x32) in eval mode at batch 1 and 64: ms per call, min/median/max of 30."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # as dlperf.deploy loads it
     import onnxruntime as ort
 
     model = create_model("resnet18_cifar").eval()

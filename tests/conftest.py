@@ -29,6 +29,10 @@ from dlperf.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")  # bash .ci/run starts a server
+# The test modules that import ONNX Runtime themselves load it with its telemetry off, as
+# dlperf loads it (dlperf.deploy): on, its uploader reached for Microsoft's collector from
+# every test process that loaded it, and kept a device id in ~/.cache (round 52).
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 # Every property test draws the same examples on every run (and keeps no example database):
