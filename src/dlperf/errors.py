@@ -85,8 +85,15 @@ def memory_limit() -> str:
     """The address-space limit, when one is set (ulimit -v, in KiB as bash takes it), as the
     hint a failed load or allocation ends with; "" without one. Here, not in the CLI: a scale
     worker that ran out of it says so too (dlperf.distributed.worker)."""
+    words = limit_words()
+    return "" if words is None else f" ({words})"
+
+
+def limit_words() -> str | None:
+    """`memory_limit`'s words without their parentheses, a UserError's hint; None without a
+    limit."""
     limit = address_limit()
-    return "" if limit is None else f" (a memory limit, ulimit -v {limit // 1024} may be too low)"
+    return None if limit is None else f"a memory limit, ulimit -v {limit // 1024} may be too low"
 
 
 def innermost(e: BaseException) -> TracebackType | None:
@@ -276,6 +283,45 @@ class NoThreads(UserError):
     them, not the input's, so exit code 1, in one line naming it (`threads_limit`)."""
 
     exit_code = 1
+
+
+class MemoryRanOut(UserError):
+    """Memory that ran out doing what the input asked (building its model, the model's dry
+    forward): the machine's, a device's or a memory limit's, not the input's fault, so exit
+    code 1 as the CLI's own out-of-memory line, but one line with its hint all the same."""
+
+    exit_code = 1
+
+
+# torch's CPU allocator's words for an allocation that failed (Linux's): of "[enforce fail at
+# alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: ... Error code 12 (Cannot allocate
+# memory)" the size is all a reader can act on.
+_CPU_ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+
+
+def allocation_failed(e: BaseException) -> str | None:
+    """What torch's CPU allocator's failure `e` says, "an allocation of 1.5 GiB failed"; None
+    for any other error (CUDA's says its size, and the device's capacity, in words already)."""
+    found = _CPU_ALLOCATION.search(error_text(e))
+    if found is None:
+        return None
+    from dlperf.formatting import binary_size  # here: formatting imports this module
+
+    return f"an allocation of {binary_size(int(found.group(1)))} failed"
+
+
+def ran_out(doing: str, e: BaseException, otherwise: str) -> MemoryRanOut:
+    """The one line for memory that ran out `doing` ("building model 'm.py:Big'") with `e`:
+    the allocation's size where torch's CPU allocator says it, else `e`'s first line (a bare
+    MemoryError's type); the memory limit as its hint where one is set, else `otherwise`."""
+    said = allocation_failed(e)
+    if said is None:
+        first = (error_text(e).strip().splitlines() or [""])[0]
+        if isinstance(e, RuntimeError) and first:  # torch's own: CUDA's line says what it is
+            said = first
+        else:
+            said = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    return MemoryRanOut(f"out of memory {doing}: {said}", limit_words() or otherwise)
 
 
 def out_of_threads(error: BaseException) -> bool:

@@ -29,9 +29,12 @@ from dlperf.analytic.counting import (
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import (
+    MemoryRanOut,
     UserError,
+    allocation_failed,
     error_text,
     in_model_file,
+    limit_words,
     missing_device,
     missing_forward,
     out_of_memory,
@@ -341,10 +344,7 @@ def _dry_forward(
         if out_of_memory(e):
             count = {1: "one", 2: "two"}.get(batch, str(batch))
             images = f"{count} {tuple(shape)} image{'s' * (batch != 1)}"
-            raise UserError(
-                f"out of memory in a forward of {images} on {device or 'cpu'}: {first}",
-                "a smaller model or input, or a device with more memory",
-            ) from None
+            raise _no_memory(f"in a forward of {images} on {device or 'cpu'}", e, first) from None
         raise UserError(f"{rejects}: {first}") from None
     finally:
         with torch.no_grad():
@@ -357,6 +357,17 @@ def _dry_forward(
 NO_GRAD_INPUTS = "None of the inputs have requires_grad=True"
 # How torch begins an error raised inside a TorchScript model; the error itself is its last line
 TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
+
+
+def _no_memory(where: str, e: BaseException, first: str) -> MemoryRanOut:
+    """The one line for memory that ran out `where` ("in a forward of two (3, 32, 32) images
+    on cpu"), `first` being what `e` says: the machine's or a memory limit's, not the input's
+    fault (exit 1), the allocation's size in place of torch's CPU allocator's line, and the
+    limit to raise where one is set (`ulimit -v`), which "a smaller model or input" missed."""
+    return MemoryRanOut(
+        f"out of memory {where}: {allocation_failed(e) or first}",
+        limit_words() or "a smaller model or input, or a device with more memory",
+    )
 
 
 def first_line(e: BaseException) -> str:
@@ -405,7 +416,7 @@ def check_run_form(
     refused = f"model {what} takes a batch of {DRY_BATCH} images but not of {OTHER_BATCH}"
     try:
         output = dry_forward(model, shape, refused, device, batch=OTHER_BATCH, what=f"model {what}")
-    except Grown:
+    except (Grown, MemoryRanOut):  # their own lines and hints
         raise
     except UserError as e:
         raise UserError(e.message, e.hint or fixed) from None
@@ -437,7 +448,7 @@ def check_run_form(
                 memory_format=torch.channels_last,
                 what=f"model {what}",
             )
-        except Grown:
+        except (Grown, MemoryRanOut):
             raise
         except UserError as e:
             raise UserError(
@@ -711,10 +722,8 @@ def _backward_failed(
     """The one line for torch's error `e` in `dry_backward` (`cannot` starts it)."""
     first = first_line(e)
     if out_of_memory(e):
-        return UserError(
-            f"out of memory in a backward of two {tuple(shape)} images on {device or 'cpu'}: "
-            f"{first}",
-            "a smaller model or input, or a device with more memory",
+        return _no_memory(
+            f"in a backward of two {tuple(shape)} images on {device or 'cpu'}", e, first
         )
     return UserError(f"{cannot}: its backward fails: {first}", backward_hint(error_text(e)))
 
@@ -813,7 +822,7 @@ def check_batch_trains(
         dry_forward(
             model, shape, refused, device, training=True, batch=batch_size, what=f"model {what}"
         )
-    except Grown:
+    except (Grown, MemoryRanOut):
         raise
     except UserError as e:
         raise UserError(

@@ -52,7 +52,9 @@ from dlperf.errors import (
     exit_call,
     in_model_file,
     no_forward_fix,
+    out_of_memory,
     raised_by_model,
+    ran_out,
 )
 from dlperf.formatting import few
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
@@ -144,6 +146,10 @@ def _call_accepting(fn: Factory, kwargs: dict[str, Any], name: str) -> nn.Module
         return _call(fn, kwargs)
     except (TypeError, ValueError) as e:  # a value the factory refuses (conv_stack's n=0)
         raise UserError(f"model '{name}': {e}") from None
+    except Exception as e:
+        if out_of_memory(e):
+            raise no_room(f"building model '{name}'", e, without_automatic(kwargs)) from None
+        raise
 
 
 def check_automatic(kwargs: Mapping[str, Any], key: str, value: int, said: str, hint: str) -> None:
@@ -1082,6 +1088,10 @@ def _import_file(path: Path) -> ModuleType:
                 f"model file {path} called {exit_call(e)}({e.code!r}) while importing",
                 "guard the script's own code with `if __name__ == '__main__':`",
             ) from None
+        if isinstance(e, Exception) and out_of_memory(e) and not raised_by_model(e):
+            # Its weights made as it is imported (NET = nn.Linear(...) at its top) that do not
+            # fit: the machine's or a memory limit's, not the file's fault
+            raise no_room(f"importing model file {path}{_raised_at(e)}", e, {}) from None
         if isinstance(e, Exception):
             raise UserError(
                 f"model file {path} failed to import{_raised_at(e)}: {type(e).__name__}: "
@@ -1648,7 +1658,11 @@ def _read_from_given(e: Exception, own: dict[str, Any]) -> bool:
 def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
     """A factory that failed on what dlperf gave it, or inside torch, in one line of bad
     input: the call itself (an argument without a default), a keyword of the user's of the
-    wrong type or value (any error, where [model] kwargs were given), a layer torch refuses."""
+    wrong type or value (any error, where [model] kwargs were given), a layer torch refuses.
+    Memory that ran out building the model (weights too big for the machine or a memory
+    limit) is not the factory's fault: said as such (`no_room`), exit 1."""
+    if out_of_memory(e):
+        raise no_room(f"building model '{spec}'", e, own) from None
     hint = None
     said = error_text(e)  # a library's exception whose own __str__ raises is told too
     if isinstance(e, TypeError) and "required" in said and "argument" in said:
@@ -1661,6 +1675,15 @@ def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
         given = ", ".join(f"{k}={v!r}" for k, v in own.items())
         hint = f"check the values given in [model] kwargs: {given}"
     raise UserError(f"factory {spec} failed: {type(e).__name__}: {said}", hint) from None
+
+
+def no_room(doing: str, e: BaseException, own: Mapping[str, Any]) -> UserError:
+    """The one line for memory that ran out `doing` ("building model 'm.py:Big'"), exit 1:
+    the memory limit to raise where one is set, else a smaller model, the user's [model]
+    kwargs `own` (its size, likely) named, or more memory."""
+    given = ", ".join(f"{k}={v!r}" for k, v in own.items())
+    smaller = f"a smaller model (its [model] kwargs: {given})" if given else "a smaller model"
+    return ran_out(doing, e, f"{smaller}, or a machine with more memory")
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
@@ -1792,6 +1815,10 @@ def create_model(
             model: nn.Module = builder(weights=None, **sized, **kwargs)
         except TypeError as e:
             raise UserError(f"torchvision model '{name}': {e}") from None
+        except Exception as e:
+            if out_of_memory(e):
+                raise no_room(f"building model '{name}'", e, kwargs) from None
+            raise
         if in_channels != 3:
             _adapt_stem(model, in_channels)
         return model
