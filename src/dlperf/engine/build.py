@@ -46,7 +46,7 @@ from dlperf.engine.checks import (
 from dlperf.engine.profiler import check_fits
 from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
-from dlperf.errors import MissingDevice, UserError
+from dlperf.errors import MemoryRanOut, MissingDevice, UserError
 from dlperf.formatting import few
 from dlperf.models import create_model, transfer
 from dlperf.models.registry import (
@@ -456,7 +456,9 @@ def _check_model(
             output = dry_forward(
                 model.to(device), data.shape, rejects, device, what=f"model {name}"
             )
-        except (TooDeep, ReadFailed, MissingDevice, Grown):  # not its dtype, the images' size
+        # not its dtype, the images' size: out of memory, misfit's forwards at other sizes
+        # would only run out again (and copy the model first)
+        except (TooDeep, ReadFailed, MissingDevice, Grown, MemoryRanOut):
             raise
         except UserError as e:
             refused = not_float32(model, name, e.message, exp.run.precision) or misfit(
