@@ -213,7 +213,8 @@ def runs_delete(
         "--force",
         help="Stop runs still running first (SIGTERM to their process, which marks them "
         "killed; a dlperf.track run's own program is refused, not signalled); one running "
-        "on another host is deleted under it.",
+        "on another host is deleted under it, and in a copy of a store, a row of a run the "
+        "original's process writes goes without a signal.",
     ),
 ) -> None:
     """Delete runs: their metrics, tags, artifact records and the files they own (a checkpoint
