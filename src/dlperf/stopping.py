@@ -36,7 +36,10 @@ same way wherever they land.
   already stopped `run`, waits for a second and gives way to a third).
 - A signal that lands while modules are imported (`import torch` takes seconds) is raised
   once they are, at the next call: raised inside, C code could clear it and go on, as torch's
-  start-up does for a failed import of NumPy. A second signal raises at once.
+  start-up does for a failed import of NumPy, or abort the process, as pybind11 does for one
+  raised in a callback into Python (`torch._C._c10d_init`). A second signal in them is only
+  marked (exit 128 + the first, as for one); a third raises at once, so an import that never
+  ends (a model file's loop at import time) holds no stop off for good.
 - An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
   Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the
@@ -112,7 +115,7 @@ class _State:
     settled: bool = False  # the exit code is decided: signals no longer count
     commanding: bool = False  # `run`'s command is running: an insisting stop may end it
     late: int | None = None  # the first stop signal after the command settled its outcome
-    insisted: BaseException | None = None  # raised inside an import that held a stop before
+    held: int = 0  # stop signals that modules being imported hold (a third is not held)
     cpu_s: float | None = None  # the CPU time used when a CPU-time limit's SIGXCPU came
 
 
@@ -141,12 +144,11 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         if _state.pending and _state.spared and _state.shields == 1:
             _stop()  # a signal more, where a `spared` block held one: its user insists
         _state.pending = True
-    elif _state.pending:  # a signal more, where an import (or a profiler) held one: it insists
-        _state.pending = False
-        # Kept: raised inside the import, it may be cleared as the held one would have been
-        # (`_hold_until_imported` raises it again then).
-        _state.insisted = KeyboardInterrupt()
-        raise _state.insisted
+    elif _state.held == 1 and _imports_running():
+        # A second signal while imports hold the first: marked (raised as they end), not raised
+        _state.held, _state.pending = 2, True
+    elif _state.pending or _state.held:  # a third there, or a signal more after the imports
+        _stop()
     elif importing := _imports_running():
         _hold_until_imported(importing)
     else:
@@ -173,10 +175,13 @@ def _hold_until_imported(importing: list[ModuleSpec]) -> None:
     next call: raised inside, an extension's C code could clear it and go on. torch's does,
     for its import of NumPy (`from torch._C import *`): `dlperf run` signalled then trained
     to its end and exited 0 (1 try in 15 with the signal 2 s after the start). A second
-    signal raises at once, so an import that never ends holds no stop off, and again once
-    the imports end if that one was cleared too; under a profiler of the caller's (cProfile)
-    the stop waits for the next shielded block's end."""
-    _state.pending = True
+    signal is only marked (`_handler`): raised inside, it met the same C code, or pybind11's
+    in `torch._C._c10d_init`, which cannot pass an exception on and aborted the process
+    (SIGTERM then Ctrl-C as torch started: exit 134 and a C++ stack, or the command ran to
+    its end, exit 0). A third raises at once, so an import that never ends holds no stop
+    off. Under a profiler of the caller's (cProfile) the stop waits for the next shielded
+    block's end."""
+    _state.pending, _state.held = True, 1
     if sys.getprofile() is not None:
         return
 
@@ -184,12 +189,8 @@ def _hold_until_imported(importing: list[ModuleSpec]) -> None:
         if any(getattr(spec, "_initializing", False) is True for spec in importing):
             return
         sys.setprofile(None)
-        insisted, _state.insisted = _state.insisted, None
-        # The interrupt a second signal raised inside the import: held by nothing but this
-        # frame (and getrefcount's argument), nothing raises or handles it: it was cleared,
-        # as the first would have been (two Ctrl-C's in torch's start-up ran the command).
-        cleared = insisted is not None and sys.getrefcount(insisted) <= 2
-        if (_state.pending or cleared) and not _state.shields and not _state.settled:
+        _state.held = 0
+        if _state.pending and not _state.shields and not _state.settled:
             _stop()
 
     sys.setprofile(imported)
