@@ -37,10 +37,12 @@ tensors only: on meta its regions would count at fp32) or torch.autocast(x.devic
 (no meta autocast); a forward that needs more arguments than the one input tensor is
 refused before it is called, and a model's own forward reading values, each in one line. A
 factory that fails to build on the meta device (it reads its weights' values as it builds, or
-runs its model on a real tensor: a self-check, torch.jit.trace) builds on real CPU tensors, as
-a run builds it (any other failure is raised at once: the factory is called once), and is
-counted on meta as any other; a model holding torch.ao's quantized modules, which have no meta
-kernels, or a torch.nn layer of no weights (a width of 0), is refused in one line.
+runs its model on a real tensor: a self-check, torch.jit.trace), or whose parametrization
+torch cannot set up there (P.orthogonal of a non-square weight: its `base` stays None), builds
+on real CPU tensors, as a run builds it (any other failure is raised at once: the factory is
+called once), and is counted on meta as any other; a model holding torch.ao's quantized
+modules, which have no meta kernels, or a torch.nn layer of no weights (a width of 0), is
+refused in one line.
 
 A model that overrides `__call__` (`return self.forward(x)`) runs no hook of its own: work no
 module claims during the forward, and in the backward once the outputs' gradients are in, is
@@ -74,6 +76,7 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 from torch.nn.parameter import UninitializedParameter, is_lazy
+from torch.nn.utils import parametrize
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
@@ -634,13 +637,36 @@ def _on_meta_else_real(build: Callable[[], nn.Module]) -> nn.Module:
         warnings.filterwarnings("ignore", _ZERO_INIT, UserWarning)
         try:
             with _weights_on_meta():
-                return build()
+                model = build()
         except Exception as e:
             if not _meta_explains(e):
                 raise
+        else:
+            if _parametrizations_run(model):
+                return model
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             return build()
+
+
+def _parametrizations_run(model: nn.Module) -> bool:
+    """Whether the parametrizations (torch.nn.utils.parametrize) of `model`, built on the meta
+    device, compute their tensors there, unless for a reason of their own. torch's
+    register_parametrization passes over a NotImplementedError of a parametrization's
+    right_inverse: P.orthogonal(nn.Linear(64, 10)) completes its weight to an orthogonal
+    `base` by torch.geqrf, which has no Meta kernel, so on meta its base stayed None and each
+    forward failed inside torch ("unsupported operand type(s) for @: 'NoneType' and
+    'Tensor'"), blamed on the input. Such a failure (`_meta_explains`) builds it for real."""
+    for module in model.modules():
+        lists = module.parametrizations if parametrize.is_parametrized(module) else None
+        for name in lists.keys() if isinstance(lists, nn.ModuleDict) else ():
+            try:
+                with torch.no_grad():
+                    getattr(module, name)
+            except Exception as e:
+                if _meta_explains(e):
+                    return False
+    return True
 
 
 _ZERO_INIT = "Initializing zero-element tensors is a no-op"
