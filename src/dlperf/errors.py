@@ -299,29 +299,11 @@ class MemoryRanOut(UserError):
 _CPU_ALLOCATION = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
 
 
-def allocation_failed(e: BaseException) -> str | None:
-    """What torch's CPU allocator's failure `e` says, "an allocation of 1.5 GiB failed"; None
-    for any other error (CUDA's says its size, and the device's capacity, in words already)."""
+def allocated_bytes(e: BaseException) -> int | None:
+    """The size of the allocation torch's CPU allocator's failure `e` says it tried; None for
+    any other error (CUDA's says its size, and the device's capacity, in words already)."""
     found = _CPU_ALLOCATION.search(error_text(e))
-    if found is None:
-        return None
-    from dlperf.formatting import binary_size  # here: formatting imports this module
-
-    return f"an allocation of {binary_size(int(found.group(1)))} failed"
-
-
-def ran_out(doing: str, e: BaseException, otherwise: str) -> MemoryRanOut:
-    """The one line for memory that ran out `doing` ("building model 'm.py:Big'") with `e`:
-    the allocation's size where torch's CPU allocator says it, else `e`'s first line (a bare
-    MemoryError's type); the memory limit as its hint where one is set, else `otherwise`."""
-    said = allocation_failed(e)
-    if said is None:
-        first = (error_text(e).strip().splitlines() or [""])[0]
-        if isinstance(e, RuntimeError) and first:  # torch's own: CUDA's line says what it is
-            said = first
-        else:
-            said = f"{type(e).__name__}: {first}" if first else type(e).__name__
-    return MemoryRanOut(f"out of memory {doing}: {said}", limit_words() or otherwise)
+    return None if found is None else int(found.group(1))
 
 
 def out_of_threads(error: BaseException) -> bool:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from dlperf.errors import allocated_bytes
 from dlperf.parsing import one_line
 
 # Past this a float is shown to its significant digits (1e+25), as --json gives it: ',.0f'
@@ -69,6 +70,14 @@ def binary_size(size: float) -> str:
         if abs(size) >= scale:
             return f"{size / scale:,.1f} {name}"
     return f"{size:,.0f} bytes"
+
+
+def allocation_failed(e: BaseException) -> str | None:
+    """What torch's CPU allocator's failure `e` says, "an allocation of 1.5 GiB failed" (of its
+    "[enforce fail at alloc_cpu.cpp:127] ... Error code 12" the size is all a reader can act
+    on); None for any other error."""
+    size = allocated_bytes(e)
+    return None if size is None else f"an allocation of {binary_size(size)} failed"
 
 
 # Summary keys carry their unit in their name (dlperf's convention: train_time_s,

@@ -31,7 +31,6 @@ from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import (
     MemoryRanOut,
     UserError,
-    allocation_failed,
     error_text,
     in_model_file,
     limit_words,
@@ -40,7 +39,7 @@ from dlperf.errors import (
     out_of_memory,
     raised_by_model,
 )
-from dlperf.formatting import few
+from dlperf.formatting import allocation_failed, few
 from dlperf.image_modes import channels_last
 from dlperf.models.registry import note, too_deep, torch_defaults_kept
 from dlperf.models.transfer import DISAGREE, load_state

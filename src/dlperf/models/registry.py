@@ -46,17 +46,18 @@ from dlperf.config.base import check_utf8_name
 from dlperf.errors import (
     MODEL_CODE,
     USER_MODULE_PREFIX,
+    MemoryRanOut,
     ModelOsExit,
     UserError,
     error_text,
     exit_call,
     in_model_file,
+    limit_words,
     no_forward_fix,
     out_of_memory,
     raised_by_model,
-    ran_out,
 )
-from dlperf.formatting import few
+from dlperf.formatting import allocation_failed, few
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
@@ -1683,7 +1684,17 @@ def no_room(doing: str, e: BaseException, own: Mapping[str, Any]) -> UserError:
     kwargs `own` (its size, likely) named, or more memory."""
     given = ", ".join(f"{k}={v!r}" for k, v in own.items())
     smaller = f"a smaller model (its [model] kwargs: {given})" if given else "a smaller model"
-    return ran_out(doing, e, f"{smaller}, or a machine with more memory")
+    # the allocation's size where torch's CPU allocator says it, else e's first line (a bare
+    # MemoryError's type; CUDA's own line says what it is)
+    said = allocation_failed(e)
+    if said is None:
+        first = (error_text(e).strip().splitlines() or [""])[0]
+        if isinstance(e, RuntimeError) and first:
+            said = first
+        else:
+            said = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    hint = limit_words() or f"{smaller}, or a machine with more memory"
+    return MemoryRanOut(f"out of memory {doing}: {said}", hint)
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:

@@ -275,6 +275,31 @@ def run_by_api(run: RunRecord) -> bool:
     return isinstance(started, dict) and started == writer
 
 
+def that_stores(run_id: int, process: dict[str, Any] | None, elsewhere: str) -> str:
+    """Whose run `run_id` is, in a copy of the store `elsewhere` that its `process` writes
+    (`RunStore.writes_elsewhere`): the words of every refusal of that run in the copy."""
+    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
+    return (
+        f"run {run_id} runs{who}, which writes {elsewhere} (this store is a copy of it): it is "
+        "that store's run"
+    )
+
+
+def copy_delete_refusal(runs: Sequence[tuple[int, dict[str, Any] | None, str]]) -> UserError:
+    """`runs delete` without --force of a copy's rows of `runs` (id, process, the store that
+    process writes) that were training when the store was copied: each is the original's run,
+    and the row here is a copy nothing updates. "Stop it first", a running run's advice,
+    would stop the original's training; --force deletes the row here only, sending no signal
+    (`query.stop`)."""
+    them, processes = (
+        ("it", "its process is") if len(runs) == 1 else ("them", "their processes are")
+    )
+    return UserError(
+        f"{'; '.join(that_stores(*run) for run in runs)}; nothing deleted",
+        f"pass --force to delete {them} from this store only: {processes} not stopped",
+    )
+
+
 def system_rows(system: dict[str, Any]) -> dict[str, Any]:
     """A run's `system` as `runs show` and the report show it: dotted keys, with the store its
     process writes (`process.store`, a PostgreSQL store's place recorded as JSON) in words."""
@@ -1207,7 +1232,6 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
         )
     if elsewhere:
         # The original's run, whose process trains on there: "stop it first" stopped that.
-        from dlperf.store.runstore import copy_delete_refusal
 
         raise copy_delete_refusal([(r.id, r.process, elsewhere[r.id]) for r in running])
     return runs

@@ -81,7 +81,13 @@ from dlperf.parsing import finite_json, printable_key, printable_keys, subscript
 from dlperf.paths import error_line, no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
-from dlperf.store.query import ABSENT, from_experiment, no_such_run
+from dlperf.store.query import (
+    ABSENT,
+    copy_delete_refusal,
+    from_experiment,
+    no_such_run,
+    that_stores,
+)
 from dlperf.store.record import RUNNING, STATUSES, RunRecord, place_named, read_place
 from dlperf.store.schema import (
     COPY_DIR,
@@ -1654,31 +1660,6 @@ def went_on_in(elsewhere: str, again: str) -> str:
     )
 
 
-def _that_stores(run_id: int, process: dict[str, Any] | None, elsewhere: str) -> str:
-    """Whose run `run_id` is, in a copy of the store `elsewhere` that its `process` writes
-    (`RunStore.writes_elsewhere`): the words of every refusal of that run in the copy."""
-    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
-    return (
-        f"run {run_id} runs{who}, which writes {elsewhere} (this store is a copy of it): it is "
-        "that store's run"
-    )
-
-
-def copy_delete_refusal(runs: Sequence[tuple[int, dict[str, Any] | None, str]]) -> UserError:
-    """`runs delete` without --force of a copy's rows of `runs` (id, process, the store that
-    process writes) that were training when the store was copied: each is the original's run,
-    and the row here is a copy nothing updates. "Stop it first", a running run's advice,
-    would stop the original's training; --force deletes the row here only, sending no signal
-    (`query.stop`)."""
-    them, processes = (
-        ("it", "its process is") if len(runs) == 1 else ("them", "their processes are")
-    )
-    return UserError(
-        f"{'; '.join(_that_stores(*run) for run in runs)}; nothing deleted",
-        f"pass --force to delete {them} from this store only: {processes} not stopped",
-    )
-
-
 def writer_refusal(run: RunRecord, elsewhere: str | None = None) -> UserError | None:
     """Why this process may not become the writer of `run`: it finished, or it is running
     in a process that lives (or lives on another host, where that cannot be told).
@@ -1691,7 +1672,7 @@ def writer_refusal(run: RunRecord, elsewhere: str | None = None) -> UserError | 
         return None
     if elsewhere is not None:
         return UserError(
-            f"{_that_stores(run.id, run.process, elsewhere)}, and trains on there",
+            f"{that_stores(run.id, run.process, elsewhere)}, and trains on there",
             "see it in that store; to train it in this one, start it again here",
         )
     process = run.process or {}
