@@ -35,7 +35,7 @@ def test_an_input_of_three_sizes_and_the_flags_arrive_typed() -> None:
         ("export.input=[3,4,4,4]", "export.input: must have 3 or fewer values (got [3, 4, 4, 4])"),
         ("export.input=[3,0,4]", "export.input.1: must be at least 1 (got 0)"),
         ("export.rtol=-1", "export.rtol: must be at least 0 (got -1)"),
-        ("export.num_classes=0", "export.num_classes: must be at least 1 (got 0)"),
+        ("export.num_classes=1", "export.num_classes: must be at least 2 (got 1)"),
         ("export.dynamic=true", "did you mean 'export.dynamic_batch'?"),
     ],
 )

@@ -296,6 +296,10 @@ CASES = [
     case("export 42 --out x.onnx", f"error: {NOT_STORED}"),
     case("export smallcnn --input 1,8 --out x.onnx", "export.input: must have 3 or more values"),
     case("export smallcnn --input 1,8,8 --num-classes 0 --out x.onnx", "export.num_classes: must"),
+    case(
+        "export smallcnn --input 1,8,8 --num-classes 1 --out x.onnx",
+        "export.num_classes: must be at least 2 (got 1)",
+    ),
     case("export smallcnn --input 1,8,8 --rtol -1 --out x.onnx", "export.rtol: must be at least 0"),
     case(
         "export smallcnn --input 1,8,8 --out nodir/x.onnx",

@@ -145,7 +145,7 @@ NUMERIC = {
     "predict.peak_tflops": Range(float, FIGURE_MIN, int(FIGURE_MAX), high_open=False),
     "predict.flops": Range(float, 1, int(FLOPS_MAX), high_open=False),
     "predict.reps": Range(int, 1, INT),
-    "export.num_classes": Range(int, 1, INT),
+    "export.num_classes": Range(int, 2, INT),
     "export.opset": Range(int, 1, INT),
     "export.rtol": Range(float, 0),
     "export.atol": Range(float, 0),

@@ -17,8 +17,9 @@ class ExportConfig(Section):
     input: Annotated[list[Count], Field(min_length=3, max_length=3)] | None = None
     """C,H,W of a registry model's input; its normalisation is then mean 0.5, std 0.5. None:
     3,224,224 with ImageNet's mean and std."""
-    num_classes: Count | None = None
-    """Classes of a registry model; None: the model's (10)."""
+    # At least 2, as a run's data.num_classes: a softmax over one score is 1.0 for every image.
+    num_classes: Annotated[int, Field(ge=2, lt=2**31)] | None = None
+    """Classes of a registry model, at least 2; None: the model's (10)."""
     opset: Count | None = None
     """ONNX opset; None: the exporter's."""
     dynamic_batch: bool = False
