@@ -20,21 +20,34 @@ DECODE_THREADS = min(4, os.cpu_count() or 1)
 
 
 async def image_bytes(request: Request) -> bytes:
-    """The uploaded file of a multipart form (field `file`, else the first file), or the
-    raw body."""
+    """The one uploaded file of a multipart form (any field name), or the raw body. A form of
+    several files is refused: /predict answers one image, and answering one of them (Starlette's
+    last `file`, or the first file) gave the client an answer it took for the other's."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         async with request.form() as form:
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                upload = next((v for v in form.values() if isinstance(v, UploadFile)), None)
-            if upload is None:
+            files = [value for _, value in form.multi_items() if isinstance(value, UploadFile)]
+            if not files:
                 raise UserError("the multipart form has no file; send the image as field 'file'")
-            data = await upload.read()
+            # An empty part without a name is a browser form's file input left unfilled.
+            sent = [upload for upload in files if upload.size or upload.filename]
+            if len(sent) > 1:
+                raise UserError(
+                    f"the upload has {len(sent)} files; /predict takes one image per request",
+                    f"send each in a request of its own, or a batch of preprocessed tensors to "
+                    f"/v2/models/{_model_name(request)}/infer",
+                )
+            data = await (sent or files)[0].read()
     else:
         data = await request.body()
     if not data:
         raise UserError("no image in the request; send it as the body or a 'file' upload")
     return data
+
+
+def _model_name(request: Request) -> str:
+    """The served model's name, as the server keeps it on its app (`create_app`)."""
+    model = getattr(request.app.state, "model", None)
+    return str(getattr(model, "name", "NAME"))
 
 
 def image_array(
