@@ -61,7 +61,9 @@ def export_cmd(
         "(default: 3,224,224 with ImageNet's mean and std).",
     ),
     num_classes: int = typer.Option(
-        None, "--num-classes", help="Classes of a registry model (default: the model's, 10)."
+        None,
+        "--num-classes",
+        help="Classes of a registry model, at least 2 (default: the model's, 10).",
     ),
     rtol: float = typer.Option(None, "--rtol", help="Parity: relative tolerance (1e-3)."),
     atol: float = typer.Option(None, "--atol", help="Parity: absolute tolerance (1e-5)."),
