@@ -18,7 +18,9 @@ Content-Length, or one that opens a connection and sends nothing, is answered 40
 disconnected rather than held open for ever), and a cap on open connections (a connection past
 it is answered 503 as it opens, without waiting for its request, and closed when its client
 closes or REFUSED_LINGER_S has passed). A stop reads what had arrived before it decides: a
-whole request is served, one still arriving answered 503 (`_GuardedH11.shutdown`). An answer sent
+whole request is served, one still arriving answered 503 (`_GuardedH11.shutdown`); from the
+stop's signal on every answer says `Connection: close`, and a connection idle between requests
+answers 503 to a request that still comes on it before it ends (`_await_late`). An answer sent
 before its request's body arrived (a 413 for a Content-Length over the limit, a 404) says
 `Connection: close` and ends the connection, with no second answer; so does a request with both
 Content-Length and Transfer-Encoding, answered 400. A request asking to upgrade
@@ -102,6 +104,11 @@ _OUT_OF_RESOURCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 # met a request on its way with a reset, and a client that wrote it in two parts (httpx, serve
 # bench) failed on the second write without reading the 503 waiting for it.
 REFUSED_LINGER_S = 1.0
+# How long a connection idle between requests when the stop reaches it waits for its client's
+# next request (answered 503, `Connection: close`) before the server sends its end, and then
+# reads and drops what still comes before it closes: the client may have sent one on the way,
+# as the last answer (given before the stop) allowed, and a close under it reset it unanswered.
+STOP_GRACE_S = 0.5
 
 
 # Modules a request imports on first use, imported before the server accepts: an import opens
@@ -241,6 +248,11 @@ class _DrainingServer(uvicorn.Server):
         # is noted here, as it arrives, for the command to exit by it.
         self.first_signal = sig
         stopping.noted(sig)
+        # Every answer from now on says `Connection: close`, not from uvicorn's next tick
+        # (up to 0.1 s), when it asks each connection to shut down (`_GuardedH11.shutdown`).
+        protocol = getattr(self.config, "http_protocol_class", None)
+        if isinstance(protocol, type) and issubclass(protocol, _GuardedH11):
+            protocol.stop_begun = True
         super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -481,9 +493,15 @@ class _EarlyClosing(h11.Connection):
 
     answered_early = False
 
-    def __init__(self, our_role: type[h11.SERVER], max_incomplete_event_size: int) -> None:
+    def __init__(
+        self,
+        our_role: type[h11.SERVER],
+        max_incomplete_event_size: int,
+        stop_begun: Callable[[], bool] = lambda: False,
+    ) -> None:
         super().__init__(our_role, max_incomplete_event_size)
         self.head_limit = max_incomplete_event_size  # h11's limit on a head, in bytes
+        self.stop_begun = stop_begun  # whether the server is stopping: no answer keeps alive
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         in_head = self.their_state is h11.IDLE
@@ -512,6 +530,11 @@ class _EarlyClosing(h11.Connection):
     # h11 declares send() once per kind of event (overloads); this one is the same for each.
     def send(self, event: h11.Event) -> bytes | None:  # type: ignore[override]
         early = type(event) is h11.Response and self.their_state is h11.SEND_BODY
+        if type(event) is h11.Response and not early and self.stop_begun():
+            # From the stop's signal on, every answer says `Connection: close` (h11 adds it,
+            # and closes after it), as Go's Server.Shutdown does: kept alive, its client sent
+            # the next request onto a connection the stop then closed, and it was reset.
+            self._cstate.process_keep_alive_disabled()
         data = super().send(event)
         if early and data is not None:
             # Marked whether or not the head says so already (a request that said
@@ -562,13 +585,16 @@ class _GuardedH11(H11Protocol):
     max_connections: int = _DEFAULTS.max_connections
     metrics: Metrics | None = None  # None: an app of another's, with no dlperf metrics
     upgrade_noted: ClassVar[bool] = False  # whether this server said it does not upgrade
+    stop_begun: ClassVar[bool] = False  # whether its stop has come: from the signal, or `shutdown`
     conn: _EarlyClosing
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         limit = config.h11_max_incomplete_event_size
         self.conn = _EarlyClosing(
-            h11.SERVER, DEFAULT_MAX_INCOMPLETE_EVENT_SIZE if limit is None else limit
+            h11.SERVER,
+            DEFAULT_MAX_INCOMPLETE_EVENT_SIZE if limit is None else limit,
+            lambda: type(self).stop_begun,
         )
         self.received = 0  # bytes read from the socket
         self.owed: int | None = None  # bytes that had arrived when the deadline ran out
@@ -580,6 +606,7 @@ class _GuardedH11(H11Protocol):
         self.stopping: asyncio.TimerHandle | None = None  # the stop, waiting for bytes to be read
         self.refused = False  # answered 503 over the cap: lingering, not one of those served
         self.client_done = False  # the client has ended its sending (`eof_received`)
+        self.awaiting_late = False  # idle at the stop: a request now is answered 503
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -600,6 +627,9 @@ class _GuardedH11(H11Protocol):
         self.received += len(data)
         if self.lingering:
             return  # the rest of an early-answered body, or a request sent after it: unread
+        if self.awaiting_late:
+            self._answer_late()
+            return
         try:
             super().data_received(data)
         except MemoryError:  # h11's receive buffer, or uvicorn's copy of a body's part
@@ -814,6 +844,7 @@ class _GuardedH11(H11Protocol):
         request still arriving is not waited for (uvicorn would wait for it up to the
         deadline), but answered 503 as one that came now would be; a whole one is served, and
         its connection closed after the answer."""
+        type(self).stop_begun = True  # a server stopped by another's signal handling
         self._stop_once_read(self.received + _unread(self.transport), -1)
 
     def _stop_once_read(self, owed: int, read: int) -> None:
@@ -827,10 +858,50 @@ class _GuardedH11(H11Protocol):
         if reading and read < self.received < owed:
             self.stopping = self.loop.call_later(0, self._stop_once_read, owed, self.received)
         elif self.deadline is None:
-            super().shutdown()
+            cycle = self.cycle
+            idle = cycle is None or cycle.response_complete
+            if idle and reading and not self.client_done and not self.transport.is_closing():
+                self._await_late()
+            else:
+                super().shutdown()
         else:
             self._disarm()
             self._cut(503, "Service Unavailable", "the server is shutting down")
+
+    def _await_late(self) -> None:
+        """A connection idle between requests as the stop reaches it: its last answer, given
+        before the stop, kept it alive, and its client may be sending the next request now.
+        Closed at once, that request met a reset and was never answered. A request arriving
+        within STOP_GRACE_S is answered 503 (`_answer_late`); after it the server's end is
+        sent, and what still comes is read and dropped for STOP_GRACE_S before the close."""
+        self.awaiting_late = True
+        self.stopping = self.loop.call_later(STOP_GRACE_S, self._end_idle)
+
+    def _answer_late(self) -> None:
+        """A request came on the idle connection after the stop: answered 503 with
+        `Connection: close` as it begins to arrive, its rest read and dropped until the client
+        closes or REFUSED_LINGER_S has passed (the read deadline ends it)."""
+        self.awaiting_late = False
+        if self.stopping is not None:
+            self.stopping.cancel()
+            self.stopping = None
+        self._arm(min(self.read_timeout_s, REFUSED_LINGER_S))
+        self._say(503, "Service Unavailable", "the server is shutting down")
+        self.lingering = True
+
+    def _end_idle(self) -> None:
+        """No request came within STOP_GRACE_S: the server's end sent (a client that sends
+        after it reads the end, not a reset), and the connection closed when its client closes
+        or STOP_GRACE_S later."""
+        self.awaiting_late = False
+        self.stopping = None
+        if self.transport.is_closing():
+            return
+        self.lingering = True
+        if self.transport.can_write_eof():
+            with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
+                self.transport.write_eof()
+        self.stopping = self.loop.call_later(STOP_GRACE_S, self.transport.close)
 
     def _cut(self, status: int, reason: str, message: str) -> None:
         """Answer `status` unless an answer has begun, and close the connection; the app, if
@@ -892,7 +963,12 @@ def _guarded(
     return type(
         "GuardedH11",
         (_GuardedH11,),
-        {"read_timeout_s": read_timeout_s, "max_connections": max_connections, "metrics": metrics},
+        {
+            "read_timeout_s": read_timeout_s,
+            "max_connections": max_connections,
+            "metrics": metrics,
+            "stop_begun": False,
+        },
     )
 
 
