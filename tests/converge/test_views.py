@@ -49,7 +49,9 @@ def test_regress_without_predict_is_the_coefficients_alone() -> None:
 
 def test_regress_prediction_rows_follow_the_target_and_the_comparison() -> None:
     compared = Comparison("5", "run 5", 40, 0.02, 3.0, actual_step=None, target=0.3)
-    pred = RegressPrediction({"depth": "56"}, 0.003, 1.0, 0.1, (), "the basis", target=0.3,
+    # β2 0.35 above the target 0.3: unreachable (with β2 below it, the step is only None
+    # where it is more than a float counts, and the row says so)
+    pred = RegressPrediction({"depth": "56"}, 0.003, 1.0, 0.35, (), "the basis", target=0.3,
                              predicted_step=None, compare=compared)  # fmt: skip
     _, table, basis = views.regression_blocks(regression(pred), "depth=56")
     assert isinstance(table, Table) and table.title == "prediction for depth=56"

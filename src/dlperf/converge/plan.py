@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import tomllib
 from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -263,11 +266,14 @@ def _curve_of(document: dict[str, Any], path: Path) -> tuple[dict[str, Any], Any
         # Nothing of an unseen configuration has run yet.
         return prediction, metric, 0.0, basis
     source = document.get("source", path.name)
-    if "last_step" not in document:
-        return document, metric, 0.0, f"the Optimus curve in {source}"
-    done = _number(document["last_step"], path)
-    points = f" to {document['n_points']} points" if "n_points" in document else ""
-    return document, metric, done, f"the Optimus fit of {source}{points} up to step {done:g}"
+    # "last_step" is optional, 0 by default: a minimal curve with "last_step": 0 was "the
+    # Optimus fit of FILE up to step 0", fitted to nothing. Only a fit counts its points.
+    done = _number(document.get("last_step", 0), path)
+    if "n_points" in document:  # `converge fit --json`
+        fit = f"the Optimus fit of {source} to {document['n_points']} points up to step {done:g}"
+        return document, metric, done, fit
+    steps_done = f" ({done:g} steps done)" if done else ""
+    return document, metric, done, f"the Optimus curve in {source}{steps_done}"
 
 
 def remaining_steps(path: Path, target: float) -> Remaining:
@@ -281,8 +287,11 @@ def remaining_steps(path: Path, target: float) -> Remaining:
     if beta[0] == beta[1] == 0:
         raise UserError(f"{path}: beta0 and beta1 are both 0: not a curve (1/0 at every step)")
     curve.check_target(target, metric)
-    crossing = float(curve.steps_to("optimus", beta, curve.to_decreasing(target, metric))[0])
+    goal = curve.to_decreasing(target, metric)
+    crossing = float(curve.steps_to("optimus", beta, goal)[0])
     if not math.isfinite(crossing):
+        if beta[0] > 0 and goal > beta[2]:  # it gets there, at more steps than a float holds
+            raise _past_a_float(beta, target, goal, metric, path)
         raise UserError(
             f"target {target:g} is unreachable: the curve in {path} {_why_never(beta, metric)}"
         )
@@ -290,6 +299,30 @@ def remaining_steps(path: Path, target: float) -> Remaining:
     if step <= done:
         return Remaining(0.0, done, step, metric, basis)
     return Remaining(step - done, done, None, metric, basis)
+
+
+def _past_a_float(
+    beta: list[float], target: float, goal: float, metric: str, path: Path
+) -> UserError:
+    """A curve that falls past the target, but at (1/(goal − β2) − β1)/β0 steps, more than a
+    float holds: "levels off at β2" said of a target above β2 contradicted itself (break-it
+    round 53, T3 C1). The count is said in powers of ten, worked out exactly (fractions);
+    the culprit is β0 unless 1/(goal − β2) itself overflows (a target a hair above β2)."""
+    gap = Fraction(goal) - Fraction(beta[2])
+    steps = (1 / gap - Fraction(beta[1])) / Fraction(beta[0])
+    with localcontext(prec=2):  # 1e+310, 1.9e+310: as a float of its size would print
+        about = f"{(Decimal(steps.numerator) / Decimal(steps.denominator)).normalize():g}"
+    floor = curve.to_decreasing(beta[2], metric)
+    if 1 / gap <= Fraction(sys.float_info.max):
+        culprit = f"beta0 = {beta[0]:g}"
+    else:
+        culprit = f"within {float(gap):g} {metric} of where it levels off"
+    return UserError(
+        f"target {target:g} takes about {about} steps by the curve in {path} ({culprit}), "
+        "more than a float counts: not a number of steps to plan with",
+        f"check the curve's beta0, or give a target further from the {floor:.4g} {metric} it "
+        "levels off at",
+    )
 
 
 def _why_never(beta: list[float], metric: str) -> str:

@@ -90,6 +90,13 @@ def _read(d: StepPrediction | EnsembleStepPrediction, curve: str) -> str:
     return "measured" if d.basis.startswith(MEASURED_BASIS) else curve
 
 
+def _steps(*values: float | None) -> list[float | None]:
+    """Step cells as floats, so that `fmt` prints them alike: a whole-step prediction is an
+    int (`curve.reported_step`) and its interval floats, and the table printed 738971604054
+    beside 738,971,604,054 (break-it round 53, T3 C3)."""
+    return [None if v is None else float(v) for v in values]
+
+
 def form_blocks(
     predictions: list[StepPrediction], form: str, target: float, metric: str
 ) -> list[Block]:
@@ -100,9 +107,9 @@ def form_blocks(
         ["source", "predicted step", "5%", "95%", "epoch", "actual step", "error %",
          f"asymptote ({asymptote})", "plateau"],
         [
-            [d.source, d.predicted_step if d.reachable else "unreachable",
-             *(d.interval or (None, None)), d.predicted_epoch, d.actual_step, d.error_pct,
-             d.asymptote, d.plateau]
+            [d.source, *(_steps(d.predicted_step) if d.reachable else ["unreachable"]),
+             *_steps(*(d.interval or (None, None))), d.predicted_epoch,
+             *_steps(d.actual_step), d.error_pct, d.asymptote, d.plateau]
             for d in predictions
         ],
     )  # fmt: skip
@@ -128,9 +135,9 @@ def ensemble_blocks(
         ["source", "predicted step", "5%", "95%", "P(reach)", "epoch", "actual step",
          "error %", "plateau", "plateau 5%", "plateau 95%"],
         [
-            [d.source, d.predicted_step if d.reachable else d.verdict,
-             *(d.interval or (None, None)), d.p_reachable, d.predicted_epoch, d.actual_step,
-             d.error_pct, d.plateau, *d.plateau_interval]
+            [d.source, *(_steps(d.predicted_step) if d.reachable else [d.verdict]),
+             *_steps(*(d.interval or (None, None))), d.p_reachable, d.predicted_epoch,
+             *_steps(d.actual_step), d.error_pct, d.plateau, *d.plateau_interval]
             for d in predictions
         ],
     )  # fmt: skip
@@ -157,6 +164,16 @@ def prediction_view(
     return form_blocks(fitted, form, target, metric), form_warnings(fitted, metric)
 
 
+def _never(beta0: float, beta2: float, target: float, metric: str) -> str:
+    """Why a predicted curve has no step reaching `target`: it levels off short of it, or it
+    falls past it only after more steps than a float counts (β0 = 1e-310; `converge plan`
+    says how many)."""
+    from dlperf.converge.curve import to_decreasing
+
+    past = beta0 > 0 and to_decreasing(target, metric) > beta2
+    return "more steps than a float counts" if past else "unreachable"
+
+
 def regression_blocks(result: Regression, predict_at: str | None) -> list[Block]:
     """`converge regress`: the coefficients of log β, then the prediction for `predict_at`
     and its comparison with a measured run, when there are those."""
@@ -176,11 +193,12 @@ def regression_blocks(result: Regression, predict_at: str | None) -> list[Block]
     rows: list[list[Any]] = [[b, getattr(pred, b)] for b in BETAS]
     if target is not None:
         step = pred.predicted_step
-        rows.append([f"step reaching {target:g}", "unreachable" if step is None else step])
+        never = _never(pred.beta0, pred.beta2, target, result.metric)
+        rows.append([f"step reaching {target:g}", never if step is None else float(step)])
         if pred.predicted_epoch is not None:
             rows.append([f"epoch reaching {target:g}", pred.predicted_epoch])
         if pred.actual_step is not None:
-            rows.append(["measured step (a run with these features)", pred.actual_step])
+            rows.append(["measured step (a run with these features)", *_steps(pred.actual_step)])
             rows.append(["error %", pred.error_pct])
     c = pred.compare
     if c is not None:
@@ -192,7 +210,7 @@ def regression_blocks(result: Regression, predict_at: str | None) -> list[Block]
         if target is not None:
             rows += [
                 [f"measured step reaching {target:g}",
-                 "not reached" if c.actual_step is None else c.actual_step],
+                 "not reached" if c.actual_step is None else float(c.actual_step)],
                 [f"measured epoch reaching {target:g}", c.actual_epoch],
                 ["predicted epoch", c.predicted_epoch],
                 ["error % on the steps (and epochs) to the target", c.error_pct],
