@@ -21,7 +21,7 @@ def predict(
     meta, sess = runtime.open_model(
         model, "classification", "a classifier", "use dlperf detect run", threads
     )
-    runtime.check_scores(sess, model)
+    runtime.check_scores(sess, model, meta.input_shape)
     x = runtime.load_images(images, meta.preprocess)
     try:
         logits = run_onnx(sess, x)

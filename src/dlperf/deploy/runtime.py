@@ -177,16 +177,50 @@ def open_model(
 FLOAT_SCORES = ("tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)")
 
 
-def check_scores(session: Any, path: Path) -> None:
-    """A classifier's first output must be float scores (logits): the softmax of booleans or
-    of class indices is no probability. `dlperf export` refuses such a model; this holds an
-    ONNX file from elsewhere, or from before it did, to the same rule."""
+def check_scores(session: Any, path: Path, input_shape: tuple[int, ...]) -> None:
+    """A classifier's first output must be float scores (logits), shape [batch, classes]: the
+    softmax of booleans or of class indices is no probability, and `topk` ranks each row of a
+    2-D array (a [batch, 10, 1] or [batch] one failed there, a traceback). `dlperf export`
+    refuses such a model; this holds an ONNX file from elsewhere, or from before it did, to the
+    same rule, before any image is read. `input_shape`: the metadata's (C, H, W)."""
     scores = session.get_outputs()[0]
     if scores.type not in FLOAT_SCORES:
         raise UserError(
             f"{path} gives {scores.type} scores; expected float scores (logits), which a "
             "classifier's probabilities are made from",
             "export the model's scores before any argmax, comparison or rounding",
+        )
+    declared = list(scores.shape)
+    if declared:  # ONNX Runtime's [] is a single number or a shape it cannot tell: run it
+        check_logits(declared, path)
+        return
+    spec = session.get_inputs()[0]
+    try:
+        probe = session.run(None, {spec.name: np.zeros((1, *input_shape), np.float32)})[0]
+    except Exception:  # the model's own failure: said where an image runs it, as before
+        return
+    check_logits(list(np.shape(probe)), path)
+
+
+def check_logits(shape: list[Any], path: Path) -> None:
+    """Refuse the scores' shape `shape` (ONNX Runtime's: a dimension may be a name, or None)
+    of the classifier at `path` unless it is [batch, classes] with two classes or more: a
+    softmax over one score is 1.0 for every image."""
+    said = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    if len(shape) != 2:
+        raise UserError(
+            f"{path} gives scores of shape {said}; a classifier's scores have shape "
+            "[batch, classes], a row of class scores per image, which `dlperf infer` and "
+            "/predict rank",
+            "export the model with scores of shape [batch, classes]: flatten them in its "
+            "forward (y.flatten(1))",
+        )
+    if isinstance(shape[1], int) and shape[1] < 2:
+        raise UserError(
+            f"{path} gives scores of shape {said}: one score per image; a classifier has a "
+            "score per class, two or more (a softmax over one score is 1.0 for every image)",
+            "export a single logit y as two classes' scores: torch.stack([torch.zeros_like(y), "
+            "y], 1)",
         )
 
 

@@ -123,8 +123,8 @@ class ServedModel:
         self.outputs = self.session.get_outputs()
         self.output_names = [o.name for o in self.outputs]
         _check_types(path, self.inputs, self.outputs)
-        if self.task == "classification":  # /predict ranks its scores as probabilities
-            runtime.check_scores(self.session, path)
+        if self.meta and self.task == "classification":  # /predict ranks its scores
+            runtime.check_scores(self.session, path, self.meta.input_shape)
         # What serve says once as it starts: /predict does not softmax them again.
         self.said: str | None = None
         if self.meta and self.meta.probabilities:
