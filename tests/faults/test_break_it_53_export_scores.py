@@ -120,6 +120,7 @@ def test_c3_infer_refuses_a_file_whose_scores_are_not_batch_by_classes(
     r = cli("infer", str(path), str(tmp_path / "a.png"))
     # before: TypeError / IndexError in runtime.topk, a traceback, exit 1
     one_line_error(r, f"{path} gives scores of shape {shape}")
+    assert ("torch.zeros_like(y)" if tail == "1d" else "y.flatten(1)") in r.err
     assert r.out == ""
 
 

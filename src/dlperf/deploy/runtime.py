@@ -213,7 +213,10 @@ def check_logits(shape: list[Any], path: Path) -> None:
             "[batch, classes], a row of class scores per image, which `dlperf infer` and "
             "/predict rank",
             "export the model with scores of shape [batch, classes]: flatten them in its "
-            "forward (y.flatten(1))",
+            "forward (y.flatten(1))"
+            if len(shape) > 2
+            else "export a row of class scores per image; a single logit y per image as two "
+            "classes' scores: torch.stack([torch.zeros_like(y), y], 1)",
         )
     if isinstance(shape[1], int) and shape[1] < 2:
         raise UserError(
