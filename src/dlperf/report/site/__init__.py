@@ -41,7 +41,7 @@ from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
     from multiprocessing.process import BaseProcess
 
     from dlperf.doctor import Finding
@@ -385,7 +385,7 @@ def _run_pages(
         with stopping.shielded():  # joins every worker: their exit codes are known then
             pool.shutdown(cancel_futures=True)
         raise WorkerDied(_died(workers)) from None
-    finally:  # on Ctrl-C, the pages not yet started are not drawn
+    finally:  # on Ctrl-C, the pages not yet started are not drawn (cancelled here: `_in_order`)
         # Shielded: a second Ctrl-C that cut the shutdown left the workers waiting for work
         # that never came, and the interpreter's exit joining them, for ever.
         with stopping.shielded():
@@ -406,7 +406,20 @@ def _submitted(
     with feeder._notempty:  # as `put` starts it
         if feeder._thread is None:
             feeder._start_thread()
-    return pool.map(_write_run_page, tasks)
+    return _in_order([pool.submit(_write_run_page, task) for task in tasks])
+
+
+def _in_order(pages: list[Future[str]]) -> Iterator[str]:
+    """The results of `pages`, in order. Not `pool.map`'s iterator, which cancels the pages not
+    yet started, in this thread, when a stop cuts its wait: a stop sent to the whole group
+    (`timeout`'s) kills the workers too, and the pool's manager thread, failing every page it
+    holds with BrokenProcessPool, met a page cancelled under it, which Python 3.11's
+    `set_exception` refuses: "Exception in thread ... InvalidStateError" on stderr. The pages
+    are cancelled by the report's `shutdown(cancel_futures=True)` instead, which the manager
+    thread does itself, between its own steps."""
+    pages.reverse()  # popped from the end: no page's result is held once it is yielded
+    while pages:
+        yield pages.pop().result()
 
 
 def _abandon(pool: ProcessPoolExecutor, workers: Mapping[int, BaseProcess]) -> None:
