@@ -7,6 +7,7 @@ import os
 import resource
 import signal
 import sqlite3
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,34 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     Each worker imports torch (about 0.5 GB) and many tests start processes of their own, so
     more workers than cores only queue; on a large host, 8 already finish in minutes."""
     return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+@contextmanager
+def python_child(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`python -c script *args` talking on pipes (text): a live writer that tests copy a store
+    under, told to go on by a line on its stdin (`finished`). Killed at the end if it lives."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def finished(child: subprocess.Popen[str]) -> None:
+    """Let `python_child` `child` finish (a line on its stdin) and check it exited 0."""
+    assert child.stdin is not None
+    child.stdin.write("\n")
+    child.stdin.close()
+    assert child.wait(timeout=300) == 0, child.stderr.read() if child.stderr else ""
 
 
 def fresh_store_url(kind: str, tmp_path: Path, prefix: str) -> Iterator[str]:

@@ -13,8 +13,6 @@ process trains on and finishes its run in the original. Both backends alike.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from dlperf.store import RunStore
-from tests.conftest import POSTGRES, CliResult, fresh_store_url
+from tests.conftest import POSTGRES, CliResult, finished, fresh_store_url, python_child
 from tests.faults.test_break_it_25_store import _copy_schema
 
 # A dlperf command's process (`run`'s, as a store sees it) writing one run, until a line
@@ -88,15 +86,7 @@ def _copied(url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
 def test_deleting_a_copys_row_of_a_live_run_leaves_the_run_to_its_process(
     cli: Callable[..., CliResult], original: str, tmp_path: Path
 ) -> None:
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, original],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert writer.stdout is not None and writer.stdin is not None
+    with python_child(WRITER, original) as writer:
         run_id = int(writer.stdout.readline())
         for copy_url, named in _copied(original, tmp_path):
             copy = RunStore.open(copy_url)
@@ -112,13 +102,7 @@ def test_deleting_a_copys_row_of_a_live_run_leaves_the_run_to_its_process(
                 "store is a copy of it): not stopped, deleted from this store only"
             ) in " ".join(r.err.split()), r.err
             assert f"deleted run {run_id}" in r.out
-        writer.stdin.write("\n")
-        writer.stdin.close()
-        assert writer.wait(timeout=300) == 0, writer.stderr.read() if writer.stderr else ""
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+        finished(writer)
     store = RunStore.open(original)
     try:
         assert store.get_run(run_id).status == "finished"  # before: killed, mid-epoch

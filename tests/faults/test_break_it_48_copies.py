@@ -28,14 +28,13 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from tests.conftest import CliResult, finished, python_child
 from tests.faults.test_break_it_4_store import _closed, _run_with_checkpoint
 
 # A sweep's process as a store sees it: it claims a point and trains it as a run (one epoch
@@ -75,15 +74,7 @@ def copied_live(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, in
     """A store copied (sqlite3's backup) while a sweep's process trains a point of it: that
     process (a line on its stdin lets it finish), the study, the run, the original, the copy."""
     original, copy = tmp_path / "a.db", tmp_path / "b.db"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(original), str(tmp_path / "checkpoint.pt")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert writer.stdout is not None
+    with python_child(WRITER, str(original), str(tmp_path / "checkpoint.pt")) as writer:
         study, run_id = map(int, writer.stdout.readline().split())
         source, target = sqlite3.connect(original), sqlite3.connect(copy)
         with source, target:
@@ -91,17 +82,6 @@ def copied_live(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, in
         source.close()
         target.close()
         yield writer, study, run_id, original, copy
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-        writer.wait()
-
-
-def _finished(writer: subprocess.Popen[str]) -> None:
-    assert writer.stdin is not None
-    writer.stdin.write("\n")
-    writer.stdin.close()
-    assert writer.wait(timeout=300) == 0, writer.stderr.read() if writer.stderr else ""
 
 
 def _backed_up_and_renamed(tmp_path: Path) -> tuple[int, Path, Path, Path]:
@@ -168,7 +148,7 @@ def test_a_copys_sweep_takes_the_point_the_originals_process_holds(
         assert in_original.claim(study, "point-2") is not None  # still the sweep's there
     finally:
         _closed(in_original)
-    _finished(writer)
+    finished(writer)
 
 
 def test_a_copys_resume_of_the_originals_live_run_says_whose_it_is(
@@ -183,7 +163,7 @@ def test_a_copys_resume_of_the_originals_live_run_says_whose_it_is(
     assert f"run {run_id} runs in pid {writer.pid}" in said, r.err
     assert f"which writes {original} (this store is a copy of it)" in said, r.err
     assert "stop it" not in said and "wait for it" not in said, r.err
-    _finished(writer)
+    finished(writer)
 
 
 def test_doctor_in_a_copy_does_not_advise_resuming_the_originals_run(
@@ -191,7 +171,7 @@ def test_doctor_in_a_copy_does_not_advise_resuming_the_originals_run(
     copied_live: tuple[subprocess.Popen[str], int, int, Path, Path],
 ) -> None:
     writer, _, run_id, original, copy = copied_live
-    _finished(writer)  # it went on in the original: the copy's row reads as lost
+    finished(writer)  # it went on in the original: the copy's row reads as lost
     assert RunStore.open(str(copy)).get_run(run_id).status == "lost"
     r = cli("--db", str(copy), "doctor", "--last", "5")
     said = " ".join(r.out.split())

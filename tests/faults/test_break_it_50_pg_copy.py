@@ -8,15 +8,13 @@ file's path. A reader now reads its place when it asks (`RunStore.writes_elsewhe
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from dlperf.store import RunStore
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import CliResult, finished, fresh_store_url, python_child
 from tests.faults.test_break_it_47_copies import _copied
 from tests.faults.test_break_it_48_copies import WRITER  # a point's run: an epoch, a checkpoint
 
@@ -29,20 +27,10 @@ def original(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def test_doctor_in_a_copy_does_not_advise_resuming_the_originals_run(
     cli: Callable[..., CliResult], original: str, tmp_path: Path
 ) -> None:
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, original, str(tmp_path / "checkpoint.pt")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert writer.stdout is not None and writer.stdin is not None
+    with python_child(WRITER, original, str(tmp_path / "checkpoint.pt")) as writer:
         _, run_id = map(int, writer.stdout.readline().split())
         for copy_url, named in _copied(original, tmp_path):
-            writer.stdin.write("\n")  # it ends its run in the original
-            writer.stdin.close()
-            assert writer.wait(timeout=300) == 0, writer.stderr.read() if writer.stderr else ""
+            finished(writer)  # it ends its run in the original
             copy = RunStore.open(copy_url, create=False)  # as doctor opens it
             try:
                 assert copy.get_run(run_id).status == "lost"
@@ -58,7 +46,3 @@ def test_doctor_in_a_copy_does_not_advise_resuming_the_originals_run(
             # round 51's Left: the headline read "the run was lost after 1 of 1 epoch(s)"
             assert "the run was still training when this store was copied" in said, r.out
             assert "was lost" not in said, r.out
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()

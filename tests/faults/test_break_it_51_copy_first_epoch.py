@@ -13,13 +13,11 @@ epoch ended; start it again)": it now says whose the run is and where it went on
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import CliResult, finished, fresh_store_url, python_child
 from tests.faults.test_break_it_47_copies import _copied
 
 # A run's process as a store sees it, training three runs until a line comes on stdin: one
@@ -73,27 +71,13 @@ def copied(
     tmp_path = tmp_path_factory.mktemp(f"fx51-{request.param}")
     for original in fresh_store_url(request.param, tmp_path, "fx51"):
         checkpoint = tmp_path / "checkpoint.pt"
-        writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, original, str(checkpoint)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert writer.stdout is not None and writer.stdin is not None
+        with python_child(WRITER, original, str(checkpoint)) as writer:
             ids = [int(i) for i in writer.stdout.readline().split()]
             assert len(ids) == 3, writer.stderr.read() if writer.stderr else ""
             for copy_url, named in _copied(original, tmp_path):
-                writer.stdin.write("\n")  # its runs finish in the original
-                writer.stdin.close()
-                assert writer.wait(timeout=300) == 0, writer.stderr.read() if writer.stderr else ""
+                finished(writer)  # its runs finish in the original
                 checkpoint.unlink()
                 yield ids, copy_url, named
-        finally:
-            if writer.poll() is None:
-                writer.kill()
-            writer.wait()
 
 
 def test_doctor_in_a_copy_names_the_original_whatever_the_epochs_and_checkpoint(

@@ -15,8 +15,6 @@ library caller reaches without `to_delete`) says the same. Both backends alike.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import pytest
 
 from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import CliResult, finished, fresh_store_url, python_child
 from tests.faults.test_break_it_47_copies import WRITER, _copied
 
 
@@ -36,15 +34,7 @@ def original(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def test_deleting_the_originals_running_run_in_a_copy_says_whose_it_is(
     cli: Callable[..., CliResult], original: str, tmp_path: Path
 ) -> None:
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, original],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert writer.stdout is not None and writer.stdin is not None
+    with python_child(WRITER, original) as writer:
         run_id = int(writer.stdout.readline())
         for copy_url, named in _copied(original, tmp_path):
             copy = RunStore.open(copy_url)
@@ -72,10 +62,4 @@ def test_deleting_the_originals_running_run_in_a_copy_says_whose_it_is(
             assert f"error: {whose}" in said, r.err
             assert hint in said, r.err
             assert "stop it" not in said, r.err
-        writer.stdin.write("\n")  # untouched, it ends its run in the original
-        writer.stdin.close()
-        assert writer.wait(timeout=300) == 0, writer.stderr.read() if writer.stderr else ""
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+        finished(writer)  # untouched, it ends its run in the original
