@@ -140,9 +140,18 @@ def _threads_used(run: RunView) -> int:
     return (run.threads() or 1) * run.workers_per_node()
 
 
+def _one_at_a_time(run: RunRecord, other: RunRecord) -> bool:
+    """Whether `run` and `other` are points of one scale study, which measures its points one
+    at a time (round by round, interleaved) yet stores each point's run from its first round
+    to its last: their stored times overlap though they never ran at once."""
+    study = run.study_id
+    return study is not None and other.study_id == study and run.kind == other.kind == "scale"
+
+
 def _concurrent(run: RunView) -> tuple[int, list[int]]:
     """The most threads that this run and others on its host had running at one moment
-    within this run's time, and the IDs of the runs that overlapped it."""
+    within this run's time, and the IDs of the runs that overlapped it (the other points of
+    its own scale study left out: `_one_at_a_time`)."""
     mine = _interval(run.run)
     host = run.system.get("host")
     if mine is None or host is None:
@@ -151,6 +160,8 @@ def _concurrent(run: RunView) -> tuple[int, list[int]]:
     for other in run.stored.everything():
         span = _interval(other)
         if other.id == run.run.id or span is None or (other.system or {}).get("host") != host:
+            continue
+        if _one_at_a_time(run.run, other):
             continue
         if span[0] < mine[1] and span[1] > mine[0]:
             view = RunView(run.stored, other)
