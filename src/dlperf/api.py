@@ -8,6 +8,7 @@ Every function raises `dlperf.UserError` for bad input, as the commands do.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import hashlib
@@ -22,9 +23,10 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from collections import ChainMap, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -80,6 +82,8 @@ def _shape(input_size: Any) -> list[int] | None:
         return None
     if isinstance(input_size, _TEXT) or not isinstance(input_size, Sequence):
         given: Any = input_size
+    elif len(input_size) == 0:  # not "not given": the default shape was counted (round 54)
+        raise UserError("analyze.input: must have 1 or more values (got [])")  # the command's
     elif all(_whole(n) and n >= 1 for n in input_size):
         return [int(n) for n in input_size]
     else:
@@ -1172,21 +1176,51 @@ class TrackedRun:
         return {"phases": phases or None, "final": final}
 
 
-@contextmanager
 def track(
     name: str,
     config: Mapping[str, Any] | None = None,
     store: StoreLike | None = None,
     device: str | torch.device | None = None,
-) -> Iterator[TrackedRun]:
+) -> AbstractContextManager[TrackedRun]:
     """Record a training loop you wrote yourself as a dlperf run, in `store` (a `Store`, a
     path or a SQLAlchemy URL; the default store when None).
 
-    The run is `finished` when the block ends (a `sys.exit(0)` in it too), `failed` on an
-    exception and `killed` on Ctrl-C; it then shows up in `dlperf runs list/show/compare`
-    like any other run. Threads may log to it; a child forked inside the block may not, and
-    its leaving the block leaves the run to the parent.
+    The run is `finished` when the block ends (a `sys.exit(0)` in it too, or a `break` out
+    of a generator that holds it), `failed` on an exception and `killed` on Ctrl-C; it then
+    shows up in `dlperf runs list/show/compare` like any other run. Threads may log to it; a
+    child forked inside the block may not, and its leaving the block leaves the run to the
+    parent. A block entered by hand and never left is ended as the script ends.
     """
+    block = _track(name, config, store, device)
+    if not _OPEN_BLOCKS:  # last registered, run first: before the exits dlperf registered
+        atexit.unregister(_end_open_blocks)
+        atexit.register(_end_open_blocks)
+    _OPEN_BLOCKS.add(block.gen)
+    return block
+
+
+# The generators of the `track` blocks not yet ended (`_end_open_blocks`), and what ended the
+# script once it has: the interpreter clears sys.last_value before it closes them itself, in
+# its shutdown, where an exception ended the script after the modules' names were cleared.
+_OPEN_BLOCKS: weakref.WeakSet[Generator[TrackedRun, None, None]] = weakref.WeakSet()
+_SCRIPT_ENDED: list[BaseException | None] = []
+
+
+def _end_open_blocks() -> None:
+    """At exit, end each `track` block entered and never left (`_closed` marks its run)."""
+    _SCRIPT_ENDED.append(getattr(sys, "last_value", None))
+    for block in list(_OPEN_BLOCKS):
+        block.close()
+
+
+@contextmanager
+def _track(
+    name: str,
+    config: Mapping[str, Any] | None,
+    store: StoreLike | None,
+    device: str | torch.device | None,
+) -> Iterator[TrackedRun]:
+    """`track`'s block."""
     with stopping.deferred():
         import torch
 
@@ -1230,6 +1264,10 @@ def track(
                 record.summary = tracked.summary()
                 recording.__exit__(None, None, None)
                 raise
+            if isinstance(e, GeneratorExit):  # closed unfinished: not an error of the loop's
+                _closed(record, tracked)
+                recording.__exit__(None, None, None)
+                raise
             if not recording.__exit__(*sys.exc_info()):
                 raise
         else:
@@ -1247,6 +1285,23 @@ def _succeeded(e: BaseException) -> bool:
     if not isinstance(e, SystemExit) or interrupted(e):
         return False
     return e.code is None or (isinstance(e.code, int) and e.code == 0)
+
+
+def _closed(record: Any, tracked: TrackedRun) -> None:
+    """How a block closed by GeneratorExit is marked, its summary kept: `finished` when the
+    generator holding it was closed or dropped (a `break` out of the loop it drove), as a
+    `sys.exit(0)` in it, and when a block entered by hand was never left before the script
+    ended; `failed` (`killed` after Ctrl-C) when the script ended on an exception. It was
+    marked failed with the error "GeneratorExit: " and no final values (round 54)."""
+    record.summary = tracked.summary()
+    ended_by = _SCRIPT_ENDED[-1] if _SCRIPT_ENDED else None
+    if ended_by is None:
+        return
+    if interrupted(ended_by):
+        record.status, record.error = "killed", stopping.stopped_by()
+    else:
+        ended = f"{type(ended_by).__name__}: {error_text(ended_by)}"
+        record.fail(f"the track block was not left before the script ended on {ended}")
 
 
 def _left_in_child(recording: Any, tracked: TrackedRun) -> None:
