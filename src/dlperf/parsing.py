@@ -406,10 +406,45 @@ def did_you_mean(
         c for c in difflib.get_close_matches(name, choices, n=n, cutoff=cutoff) if c not in same
     ]
     close = (same + rest)[:n]
+    foreign = lookalikes(name, choices)
     if not close:
-        return otherwise
+        return f"{otherwise}; its {foreign}" if foreign else otherwise
     named = (prefix + c for c in close)
-    return "did you mean " + ", ".join(f"'{c}'" if quote else c for c in named) + "?"
+    hint = "did you mean " + ", ".join(f"'{c}'" if quote else c for c in named) + "?"
+    return f"{hint} its {foreign}" if foreign else hint
+
+
+# How many characters `lookalikes` names before it counts the rest.
+_NAMED = 3
+
+
+def _char_text(c: str) -> str:
+    """A character as `lookalikes` quotes it: as it is, or as its escape where it would not
+    show (a no-break space, as repr writes it) or would join the quote (a combining accent)."""
+    if unicodedata.category(c)[0] == "M":
+        return f"'\\u{ord(c):04x}'"
+    return repr(c)
+
+
+def lookalikes(text: str, meant: Iterable[str] = ()) -> str:
+    """The characters outside ASCII that `text` holds and none of `meant` does (the keys,
+    choices or names it was refused against; none for a number), each once by its code and
+    Unicode name: "'а' is U+0430 CYRILLIC SMALL LETTER A"; "" when there are none. A name or
+    value copied from a chat, a PDF or a word processor brings letters and dashes that look
+    ASCII, and quoted as typed, the refused 'trаin' read as the valid 'train'. Category C
+    characters are left out: `printable` and repr show them escaped already."""
+    if text.isascii():  # the common case, in C
+        return ""
+    held = set("".join(meant))
+    foreign = list(dict.fromkeys(c for c in text if not c.isascii() and c not in held))
+    named = [
+        f"{_char_text(c)} is U+{ord(c):04X} {unicodedata.name(c, '')}".rstrip()
+        for c in foreign
+        if not _other(c)
+    ]
+    if len(named) > _NAMED:
+        return f"{', '.join(named[:_NAMED])} and {len(named) - _NAMED} more outside ASCII"
+    return _listed(named) if named else ""
 
 
 def parse_list(

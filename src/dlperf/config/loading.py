@@ -39,6 +39,7 @@ from dlperf.parsing import (
     did_you_mean,
     flat_clash,
     key_fault,
+    lookalikes,
     one_line,
     printable_key,
     printable_keys,
@@ -373,6 +374,27 @@ def _bound(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+# The errors of text refused for not being a choice or a number, which are ASCII (`_ascii_wanted`).
+_ASCII_WANTED = {
+    "literal_error",
+    "enum",
+    "int_parsing",
+    "int_type",  # text where strict number fields take only numbers
+    "float_parsing",
+    "float_type",
+    "bool_type",
+    "decimal_parsing",
+    "bool_parsing",
+}
+
+
+def _ascii_wanted(error: Any, got: Any) -> bool:
+    """Whether `error` refused the text `got` for not being one of a key's choices or a
+    number, all ASCII, so that a character that only looks ASCII (a Cyrillic 'а', an en dash
+    for a minus) is named (`lookalikes`): quoted as typed, 'аdamw' read as the valid 'adamw'."""
+    return isinstance(got, str) and error["type"] in _ASCII_WANTED
+
+
 def validation_message(
     error: ValidationError, where: str, options: dict[str, str] | None = None
 ) -> UserError:
@@ -388,7 +410,10 @@ def validation_message(
         msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
     shown = got is not None and not isinstance(got, dict) and first["type"] != NOT_UTF8
-    got_text = f" (got {as_given(got)})" if shown else ""
+    # a choice's own characters (ctx: the choices expected) are not named, should one not be ASCII
+    foreign = lookalikes(got, [str(first.get("ctx", {}))]) if _ascii_wanted(first, got) else ""
+    whose = f", whose {foreign}" if foreign else ""
+    got_text = f" (got {as_given(got)}{whose})" if shown else ""
     # An array (NumPy's, a tensor) from Python is taken only as the number a 0-d one holds
     # (dlperf.run): its values are given as a list.
     hint = (
