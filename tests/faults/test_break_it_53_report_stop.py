@@ -84,6 +84,9 @@ def test_pool_stopped_as_its_worker_dies_prints_no_thread_traceback(
         fd = _writer(fifo)
         # Full, with the worker held, the call queue takes no more: the manager leaves the
         # remaining pages in its table, where it drops cancelled ones only as it fills it.
+        # It fills the queue as it wakes, and the worker may have taken the FIFO's page after
+        # its last wake (a busy machine): a submit wakes it again.
+        pool.submit(str, "wake")
         _waited(internals._call_queue.full, "the call queue to fill")
         pages.close()  # the stop: what cut the report's wait ends its iterator
         (pid,) = internals._processes
@@ -91,6 +94,8 @@ def test_pool_stopped_as_its_worker_dies_prints_no_thread_traceback(
         internals._executor_manager_thread.join(WAIT_S)
         os.close(fd)
     finally:
+        for worker in list((internals._processes or {}).values()):
+            worker.kill()  # one left in the FIFO's page would hold the shutdown for ever
         pool.shutdown(cancel_futures=True)
     assert [args.exc_type for args in died] == []
     assert "Traceback" not in capfd.readouterr().err

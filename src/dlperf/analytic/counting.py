@@ -642,7 +642,9 @@ def _on_meta_else_real(build: Callable[[], nn.Module]) -> nn.Module:
             if not _meta_explains(e):
                 raise
         else:
-            if _parametrizations_run(model):
+            with nesting_told(model):  # its walk of the modules, as deep as they nest
+                ran = _parametrizations_run(model)
+            if ran:
                 return model
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
