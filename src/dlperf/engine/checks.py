@@ -33,15 +33,14 @@ from dlperf.errors import (
     UserError,
     error_text,
     in_model_file,
-    limit_words,
     missing_device,
     missing_forward,
     out_of_memory,
     raised_by_model,
 )
-from dlperf.formatting import allocation_failed, few
+from dlperf.formatting import few
 from dlperf.image_modes import channels_last
-from dlperf.models.registry import note, too_deep, torch_defaults_kept
+from dlperf.models.registry import note, ran_out, too_deep, torch_defaults_kept
 from dlperf.models.transfer import DISAGREE, load_state
 
 if TYPE_CHECKING:
@@ -359,14 +358,9 @@ TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
 
 
 def _no_memory(where: str, e: BaseException, first: str) -> MemoryRanOut:
-    """The one line for memory that ran out `where` ("in a forward of two (3, 32, 32) images
-    on cpu"), `first` being what `e` says: the machine's or a memory limit's, not the input's
-    fault (exit 1), the allocation's size in place of torch's CPU allocator's line, and the
-    limit to raise where one is set (`ulimit -v`), which "a smaller model or input" missed."""
-    return MemoryRanOut(
-        f"out of memory {where}: {allocation_failed(e) or first}",
-        limit_words() or "a smaller model or input, or a device with more memory",
-    )
+    """`registry.ran_out` `where` ("in a forward of two (3, 32, 32) images on cpu"): "a smaller
+    model or input" missed the limit to raise where one is set."""
+    return ran_out(where, e, first, "a smaller model or input, or a device with more memory")
 
 
 def first_line(e: BaseException) -> str:

@@ -1684,17 +1684,22 @@ def no_room(doing: str, e: BaseException, own: Mapping[str, Any]) -> UserError:
     kwargs `own` (its size, likely) named, or more memory."""
     given = ", ".join(f"{k}={v!r}" for k, v in own.items())
     smaller = f"a smaller model (its [model] kwargs: {given})" if given else "a smaller model"
-    # the allocation's size where torch's CPU allocator says it, else e's first line (a bare
-    # MemoryError's type; CUDA's own line says what it is)
-    said = allocation_failed(e)
-    if said is None:
-        first = (error_text(e).strip().splitlines() or [""])[0]
-        if isinstance(e, RuntimeError) and first:
-            said = first
-        else:
-            said = f"{type(e).__name__}: {first}" if first else type(e).__name__
-    hint = limit_words() or f"{smaller}, or a machine with more memory"
-    return MemoryRanOut(f"out of memory {doing}: {said}", hint)
+    # what e says where torch's CPU allocator does not: its first line (CUDA's own line says
+    # what it is), or a bare MemoryError's type
+    first = (error_text(e).strip().splitlines() or [""])[0]
+    if not (isinstance(e, RuntimeError) and first):
+        first = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    return ran_out(doing, e, first, f"{smaller}, or a machine with more memory")
+
+
+def ran_out(doing: str, e: BaseException, first: str, otherwise: str) -> MemoryRanOut:
+    """The one line for memory that ran out `doing` with `e` (building a model, its dry
+    forward): the machine's or a memory limit's, not the input's fault (exit 1); the
+    allocation's size in place of torch's CPU allocator's line, else `first` (what `e` says);
+    the limit to raise where one is set (`ulimit -v`), else `otherwise`."""
+    return MemoryRanOut(
+        f"out of memory {doing}: {allocation_failed(e) or first}", limit_words() or otherwise
+    )
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
