@@ -330,23 +330,7 @@ def check_scores(output: object, name: str) -> torch.Tensor:
             "tensor of scores, shape [batch, classes]",
             "return the scores of each image, not their sum or mean",
         )
-    if output.dim() != 2:  # `dlperf infer` and /predict rank a row of class scores per image
-        raise UserError(
-            f"{returns} scores of shape {list(output.shape)}; an exported classifier returns "
-            "one tensor of scores, shape [batch, classes]",
-            "flatten them to [batch, classes] in its forward (y.flatten(1))"
-            if output.dim() > 2
-            else "return a row of class scores per image; a single logit y per image as two "
-            "classes' scores: torch.stack([torch.zeros_like(y), y], 1)",
-        )
-    if output.shape[1] < 2:  # a softmax over one score: probability 1.0 for every image
-        raise UserError(
-            f"{returns} scores of shape {list(output.shape)}: one score per image; an exported "
-            "classifier returns a score per class, two or more (a softmax over one score is "
-            "1.0 for every image)",
-            "return a single logit y as two classes' scores: torch.stack([torch.zeros_like(y), "
-            "y], 1)",
-        )
+    runtime.check_logits(list(output.shape), returns)  # as infer and serve hold a file to it
     if output.device.type != "cpu":
         raise UserError(
             f"{returns} its scores on the {output.device} device; export runs the model on "

@@ -11,6 +11,7 @@ import io
 import math
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,37 +193,39 @@ def check_scores(session: Any, path: Path, input_shape: tuple[int, ...]) -> None
         )
     declared = list(scores.shape)
     if declared:  # ONNX Runtime's [] is a single number or a shape it cannot tell: run it
-        check_logits(declared, path)
+        check_logits(declared, f"{path} gives")
         return
     spec = session.get_inputs()[0]
     try:
         probe = session.run(None, {spec.name: np.zeros((1, *input_shape), np.float32)})[0]
     except Exception:  # the model's own failure: said where an image runs it, as before
         return
-    check_logits(list(np.shape(probe)), path)
+    check_logits(np.shape(probe), f"{path} gives")
 
 
-def check_logits(shape: list[Any], path: Path) -> None:
-    """Refuse the scores' shape `shape` (ONNX Runtime's: a dimension may be a name, or None)
-    of the classifier at `path` unless it is [batch, classes] with two classes or more: a
-    softmax over one score is 1.0 for every image."""
+def check_logits(shape: Sequence[Any], scores_of: str) -> None:
+    """Refuse scores of shape `shape` (ONNX Runtime's: a dimension may be a name, or None)
+    unless [batch, classes] with two classes or more: `topk` ranks each row of a 2-D array,
+    and a softmax over one score is 1.0 for every image. `scores_of` says whose they are:
+    "m.onnx gives" (an ONNX file's, `check_scores`), "model 'm.py:f' returns in eval mode"
+    (a model `dlperf export` is to write, export.check_scores)."""
     said = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
     if len(shape) != 2:
         raise UserError(
-            f"{path} gives scores of shape {said}; a classifier's scores have shape "
+            f"{scores_of} scores of shape {said}; an exported classifier's scores have shape "
             "[batch, classes], a row of class scores per image, which `dlperf infer` and "
             "/predict rank",
-            "export the model with scores of shape [batch, classes]: flatten them in its "
-            "forward (y.flatten(1))"
+            "flatten them to [batch, classes] in the model's forward (y.flatten(1))"
             if len(shape) > 2
-            else "export a row of class scores per image; a single logit y per image as two "
+            else "return a row of class scores per image; a single logit y per image as two "
             "classes' scores: torch.stack([torch.zeros_like(y), y], 1)",
         )
     if isinstance(shape[1], int) and shape[1] < 2:
         raise UserError(
-            f"{path} gives scores of shape {said}: one score per image; a classifier has a "
-            "score per class, two or more (a softmax over one score is 1.0 for every image)",
-            "export a single logit y as two classes' scores: torch.stack([torch.zeros_like(y), "
+            f"{scores_of} scores of shape {said}: one score per image; an exported classifier "
+            "has a score per class, two or more (a softmax over one score is 1.0 for every "
+            "image)",
+            "return a single logit y as two classes' scores: torch.stack([torch.zeros_like(y), "
             "y], 1)",
         )
 
