@@ -313,10 +313,11 @@ def _bfloat16_ops(proto: Any) -> list[str]:
     return ops
 
 
-def check_scores(output: object, name: str) -> torch.Tensor:
-    """What model `name` returned in eval mode must be what `dlperf infer` and `dlperf serve`
-    rank as probabilities: one tensor of float scores, on the CPU the export runs on; the rule
-    `dlperf run` holds a classifier to, in its words. Returns the scores."""
+def check_scores(output: object, name: str, batch: int) -> torch.Tensor:
+    """What model `name` returned in eval mode for `batch` images must be what `dlperf infer`
+    and `dlperf serve` rank as probabilities: one tensor of float scores, a row per image, on
+    the CPU the export runs on; the rule `dlperf run` holds a classifier to, in its words.
+    Returns the scores."""
     returns = f"model '{name}' returns in eval mode"
     if not isinstance(output, torch.Tensor):
         raise UserError(
@@ -330,7 +331,7 @@ def check_scores(output: object, name: str) -> torch.Tensor:
             "tensor of scores, shape [batch, classes]",
             "return the scores of each image, not their sum or mean",
         )
-    runtime.check_logits(list(output.shape), returns)  # as infer and serve hold a file to it
+    runtime.check_logits(list(output.shape), returns, batch)  # as infer and serve hold a file
     if output.device.type != "cpu":
         raise UserError(
             f"{returns} its scores on the {output.device} device; export runs the model on "
@@ -564,7 +565,8 @@ def _torch_scores(
     """PyTorch's scores for the batch `x` of the input set `what`, `step` rows at a time."""
     try:
         with torch.no_grad():  # copies: a forward may change its input in place (x.add_(1))
-            outputs = [model(x[i : i + step].clone()) for i in range(0, len(x), step)]
+            batches = [x[i : i + step] for i in range(0, len(x), step)]
+            outputs = [model(b.clone()) for b in batches]
     except Exception as e:
         if interrupted(e):  # a stop that landed in an import the forward made
             raise KeyboardInterrupt from e
@@ -574,7 +576,8 @@ def _torch_scores(
         raise CheckFailed(
             f"PyTorch fails at batch {step} ({what}): {type(e).__name__}: {first}"
         ) from None
-    return torch.cat([check_scores(output, model_name) for output in outputs]).numpy()
+    scores = [check_scores(y, model_name, len(b)) for y, b in zip(outputs, batches, strict=True)]
+    return torch.cat(scores).numpy()
 
 
 def _torch_export(
@@ -995,7 +998,7 @@ def export(
     # A batch of 2 for a dynamic batch: the dynamo exporter specialises 1 to a constant.
     batch = 2 if dynamic_batch else 1
     with torch.no_grad():  # refused before the export, which takes a while
-        scores = check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model)
+        scores = check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model, batch)
     warned = [w for w in (warning, *source.warnings) if w is not None]
     # Recorded for infer and /predict, which would otherwise softmax them again (near
     # 1/classes each); warned of as run's dry check warns, for a model trained on them.

@@ -192,24 +192,36 @@ def check_scores(session: Any, path: Path, input_shape: tuple[int, ...]) -> None
             "export the model's scores before any argmax, comparison or rounding",
         )
     declared = list(scores.shape)
-    if declared:  # ONNX Runtime's [] is a single number or a shape it cannot tell: run it
-        check_logits(declared, f"{path} gives")
-        return
     spec = session.get_inputs()[0]
+    if declared:  # ONNX Runtime's [] is a single number or a shape it cannot tell: run it
+        check_logits(declared, f"{path} gives", (spec.shape or [None])[0])
+        return
     try:
         probe = session.run(None, {spec.name: np.zeros((1, *input_shape), np.float32)})[0]
     except Exception:  # the model's own failure: said where an image runs it, as before
         return
-    check_logits(np.shape(probe), f"{path} gives")
+    check_logits(np.shape(probe), f"{path} gives", 1)
 
 
-def check_logits(shape: Sequence[Any], scores_of: str) -> None:
+def check_logits(shape: Sequence[Any], scores_of: str, batch: Any = None) -> None:
     """Refuse scores of shape `shape` (ONNX Runtime's: a dimension may be a name, or None)
     unless [batch, classes] with two classes or more: `topk` ranks each row of a 2-D array,
     and a softmax over one score is 1.0 for every image. `scores_of` says whose they are:
     "m.onnx gives" (an ONNX file's, `check_scores`), "model 'm.py:f' returns in eval mode"
-    (a model `dlperf export` is to write, export.check_scores)."""
+    (a model `dlperf export` is to write, export.check_scores). `batch`: the number of images
+    the scores are of, where known (a count, or the input's first dimension, a name where it
+    is dynamic); [classes, batch] scores were ranked as if each image's score were a class's
+    (round 54's Left, fixed in round 55)."""
     said = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    # a named batch (a dynamic one) is no fixed number of rows either
+    if batch is not None and shape and isinstance(shape[0], int) and shape[0] != batch:
+        raise UserError(
+            f"{scores_of} scores of shape {said} for a batch of {batch} image"
+            f"{'' if batch == 1 else 's'}; an exported classifier's scores have shape "
+            "[batch, classes], the batch first: a row of class scores per image",
+            "keep the batch dimension first in the model's forward (y.transpose(0, 1) if its "
+            "scores are [classes, batch])",
+        )
     if len(shape) != 2:
         raise UserError(
             f"{scores_of} scores of shape {said}; an exported classifier's scores have shape "
