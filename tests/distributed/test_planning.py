@@ -155,7 +155,7 @@ def test_tensorflow_missing_is_said_after_every_option_is_checked(
     with pytest.raises(UserError) as e:
         plan(study, "gloo", "smallcnn")
     assert str(e.value) == (
-        "--framework tensorflow with TensorFlow needs TensorFlow, which is not installed "
+        "--framework tensorflow needs TensorFlow, which is not installed "
         "(pip install -e '.[tensorflow]')"
     )
     with pytest.raises(UserError, match="model 'resnet20' has no TensorFlow version here"):

@@ -324,8 +324,11 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     # The extra itself, checked after every option so that a wrong option gets its own
     # message whether or not TensorFlow is installed.
     if (tensorflow or "tensorflow" in chosen) and importlib.util.find_spec("tensorflow") is None:
-        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
-                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
+        asked = (
+            "--framework tensorflow" if tensorflow else "--framework horovod --strategy tensorflow"
+        )
+        raise UserError(f"{asked} needs TensorFlow, which is not installed",
+                        "pip install -e '.[tensorflow]'")  # fmt: skip
     # Last, once every option is right: a host's port, not an option.
     if opts.rdzv and opts.nnodes == 1 and backend in ("gloo", "nccl"):
         # torchrun's rendezvous store, which this study starts: whatever listens on its port

@@ -10,9 +10,10 @@
   efficiency = speedup * N_base / N, and on time, efficiency_time = T_base / T_N (weak) or
   T_base * N_base / (N * T_N) (strong), T = step_time_s;
 - algbw = grad_bytes / all-reduce time (DDP's own measured backward communication time,
-  else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention);
+  else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention); None
+  where the point's communication does not send the gradients as they are (sent_bytes);
 - epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
-  per worker-hour;
+  per worker-hour (a price of 0 costs 0; None only without a price);
 - world_size: the process group's size, as the ranks report it;
 - scale.repeat R > 1: every point is launched R times, in rounds interleaved across the
   points; its figures are its median round's (median_round), and its speedup the median of
@@ -36,6 +37,10 @@ from dlperf.distributed.window import chunk_sizes
 from dlperf.timing import t_half_width
 
 CI_METHOD = "student_t"  # how throughput_ci95 is made: see with_chunks
+# Communication that does not put the gradients on the wire as they are: DDP's noop hook
+# sends nothing; the fp16 and bf16 hooks (and Horovod's fp16 compression) send half-width
+# copies, PowerSGD low-rank factors, neither of whose sizes a point measures.
+NOT_AS_IS = ("noop", "fp16", "bf16", "powersgd")
 
 
 def slowest_per_step(per_rank: Sequence[Sequence[float]]) -> list[float]:
@@ -94,6 +99,13 @@ def exposed_ci95(ranks: Sequence[RankResult]) -> float | None:
     return t_half_width(diffs)
 
 
+def sent_bytes(comm: str, grad_bytes: int) -> int | None:
+    """The bytes a point's communication all-reduces per step: its gradients, or None where
+    it sends other bytes or none (NOT_AS_IS). The gradient bytes over a no-op hook's call
+    time were once reported as a bandwidth 42x the real all-reduce's."""
+    return None if comm in NOT_AS_IS else grad_bytes
+
+
 def summarize(
     point: Point,
     ranks: Sequence[RankResult],
@@ -124,7 +136,8 @@ def summarize(
     ddp = {key: statistics.fmean(times[key] for times in logged) / 1e9 for key in logged[0]}
     comm_time = ddp.get("avg_backward_comm_time") or exposed
     n = point.workers
-    algbw = grad_bytes / comm_time / 1e9 if n > 1 and comm_time else None
+    sent = sent_bytes(point.comm, grad_bytes)
+    algbw = sent / comm_time / 1e9 if n > 1 and comm_time and sent is not None else None
     waits = [Contention.stored(r.main.contention) for r in ranks if r.main.contention]
     contended = [w for w in waits if w.contended]
     worst = Contention.worst(contended or waits)
@@ -153,7 +166,8 @@ def summarize(
         algbw_gbps=algbw,
         busbw_gbps=algbw * 2 * (n - 1) / n if algbw is not None else None,
         epoch_time_s=epoch_time,
-        cost_per_epoch=n * epoch_time / 3600 * price_per_hour if price_per_hour else None,
+        # `is not None`: a price of 0 (free hardware, a baseline) costs 0, not nothing.
+        cost_per_epoch=None if price_per_hour is None else n * epoch_time / 3600 * price_per_hour,
         threads_per_worker=threads,
         backend=backend,
         comm=point.comm,
