@@ -76,7 +76,7 @@ def test_the_sweep_table_and_runs_compare_agree_on_the_wall_clock(
     swept = cli("sweep", str(tmp_path / "lr.toml"))
     assert swept.code == 0, swept.err
     wall = clocks.elapsed_label([1])
-    run_ids = [int(c) for c in column(swept.out, "runs")]
+    run_ids = [int(c) for c in column(swept.out, "run IDs")]
     in_sweep = dict(zip(run_ids, column(swept.out, wall), strict=True))
     to_target = dict(zip(run_ids, column(swept.out, clocks.TIME_TO_TARGET), strict=True))
 

@@ -64,7 +64,7 @@ def _print_summary(result: Any, sort: str | None) -> None:
     console.print_table(
         f"sweep {result.name!r}, study {result.study_id}: points ranked by test "
         f"accuracy{order}{spread}",
-        ["rank", "point", "runs", "test acc", "best val",
+        ["rank", "point", "run IDs", "test acc", "best val",
          *(["epochs to target", clocks.TIME_TO_TARGET] if reached else []), _elapsed_header(result),
          "samples/s"],
         [

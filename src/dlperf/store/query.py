@@ -874,7 +874,8 @@ def list_runs(
         store.get_study(study)  # an unknown study is an error, not an empty list
     # with `where`, filtered before the limit: the newest N runs that match
     runs = store.list_runs(kind=kind, study_id=study, limit=None if where else limit)
-    if kind and not runs and kind not in KINDS:  # a misspelt kind, unless another run has it
+    # a misspelt or empty kind, unless another run has it ('' listed every kind before)
+    if kind is not None and not runs and kind not in KINDS:
         _check_kind(kind, store.list_runs())
     return select(runs, where)[:limit] if where else runs
 
@@ -1111,9 +1112,11 @@ def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = No
         ids = sorted(r.id for r in store.list_runs(study_id=study))
         if len(ids) < 2:
             held = f"one run ({ids[0]})" if ids else "no runs"
+            # without runs there is no "its run" to compare with another
+            hint = "compare its run with another" if ids else "compare runs by ID"
             raise UserError(
                 f"study {study} holds {held}: compare needs two or more",
-                "compare its run with another: dlperf runs compare ID ID",
+                f"{hint}: dlperf runs compare ID ID",
             )
     if len(run_ids) > len(ids):  # `1 1 2` showed runs 1 and 2, no word (a typo for 1 3?)
         repeated = next(i for i in ids if list(run_ids).count(i) > 1)

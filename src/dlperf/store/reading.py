@@ -190,7 +190,7 @@ class SqliteListing:
             return []
         where: list[str] = []
         args: list[Any] = []
-        if kind:
+        if kind is not None:  # '' is a kind no run has, not every kind
             where.append("kind = ?")
             args.append(kind)
         if study_id is not None:

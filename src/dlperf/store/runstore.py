@@ -3121,7 +3121,7 @@ class RunStore:
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
     ) -> list[RunRecord]:
         query = select(Run).order_by(Run.id.desc())
-        if kind:
+        if kind is not None:  # '' is a kind no run has, not every kind
             query = query.where(Run.kind == kind)
         if study_id is not None:
             query = query.where(Run.study_id == study_id)

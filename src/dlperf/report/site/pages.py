@@ -308,8 +308,10 @@ def _sweep(store: RunStore, study: dict[str, Any], runs: list[RunRecord]) -> str
     first = (runs[0].config or {}) if runs else {}
     target = (first.get("target") or {}).get("accuracy")
     drawn = figs.sweep(curves, groups, axes, target) if curves else []
-    columns = ["rank", "point", "runs", "finished", "test accuracy (mean)", "std", "min", "max",
-               "epochs to target", "time to target (s)", "throughput (samples/s)"]  # fmt: skip
+    # the points' run IDs, headed so: "runs 2 | finished 1" read as two runs, one finished
+    columns = ["rank", "point", "run IDs", "finished", "test accuracy (mean)", "std", "min",
+               "max", "epochs to target", "time to target (s)",
+               "throughput (samples/s)"]  # fmt: skip
     table_rows = [
         [g["rank"], ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "all",
          ", ".join(map(str, g["run_ids"])), g["finished"], g["test_accuracy"],
