@@ -17,13 +17,17 @@ if TYPE_CHECKING:
 
     from dlperf.store import RunStore
 
+# The kinds of study a stop leaves to be measured anew (`dlperf scale`, `scale allreduce`)
+MEASURED_ANEW = ("scale", "allreduce")
+
 
 class StudyStop:
-    """Around a study's command (`sweep`, `distill`, `scale`): a stop signal's exit says which
-    study stopped and how to go on, as `run` does for its run; they exited 130 with nothing
-    said. `watch` names the study once the store is open (a stop before says nothing: nothing
-    is stored). `resumable`: the study's command continues it with --resume (its finished
-    work skipped); a scaling study is measured anew instead."""
+    """Around a study's command (`sweep`, `distill`, `scale`, `scale allreduce`): a stop
+    signal's exit says which study stopped and how to go on, as `run` does for its run; they
+    exited 130 with nothing said. `watch` names the study once the store is open (a stop
+    before says nothing: nothing is stored). `resumable`: the study's command continues it
+    with --resume (its finished work skipped); a scaling study or an all-reduce benchmark
+    (MEASURED_ANEW) is measured anew instead."""
 
     def __init__(
         self,
@@ -33,8 +37,9 @@ class StudyStop:
         say: Callable[[str], None],
     ):
         self.kind, self.resume, self.new = kind, resume, new
-        # A scaling study is measured anew, never continued: its points are timings of now.
-        self.resumable = kind != "scale"
+        # A scaling study (or an all-reduce benchmark) is measured anew, never continued: its
+        # points are timings of now.
+        self.resumable = kind not in MEASURED_ANEW
         self.say = say
         self.store: RunStore | None = None
         self.made: int | None = None
@@ -92,9 +97,10 @@ class StudyStop:
         if study is None:  # not made by this command
             return f"{self.kind} stopped before its study was stored"
         if not self.resumable:
+            article = "an" if self.kind[0] in "aeiou" else "a"
             return (
-                f"{self.kind} study {study} stopped; a {self.kind} study is not continued: "
-                "run the command again to measure it anew"
+                f"{self.kind} study {study} stopped; {article} {self.kind} study is not "
+                "continued: run the command again to measure it anew"
             )
         # This very command line, the study named: --new would start another one.
         words = [w for w in sys.argv[1:] if w != "--new"]

@@ -253,12 +253,11 @@ def allreduce(
     from dlperf.config import ScaleJob, load_job
     from dlperf.distributed.allreduce_study import run_allreduce_study
 
-    if iters < 1:  # before torchrun starts, not after
-        raise UserError(f"--iters must be at least 1, got {iters}")
     opts = load_job(ScaleJob, None, [], scale=flags).scale
-    with console.reporter() as rep:
-        store = open_store()
-        where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
+    store = open_store()
+    where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
+    with StudyStop("allreduce", None, True, console.err_line) as said, console.reporter() as rep:
+        said.watch(store, "allreduce")  # a stop names the study made here, as `scale run`'s
         result = run_allreduce_study(store, opts.workers, sizes, opts.backend, where, iters, 5,
                                      opts.allow_oversubscribe, rep)  # fmt: skip
     _print_allreduce(result, as_json)

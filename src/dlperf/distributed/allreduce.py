@@ -60,17 +60,19 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from scipy.optimize import nnls
 
+from dlperf.blas import address_limit
 from dlperf.contention import Contention, Window
 from dlperf.distributed.planning import resolve_backend
-from dlperf.errors import UserError
-from dlperf.system import set_threads
+from dlperf.errors import MemoryRanOut, UserError, error_text, limit_words, out_of_memory
+from dlperf.formatting import allocation_failed, binary_size
+from dlperf.system import machine_memory, set_threads
 from dlperf.timing import Spread, Timer, timed
 
 UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
@@ -94,21 +96,110 @@ def _parse_size(text: str) -> int:
     return nbytes
 
 
-def parse_sizes(text: str) -> list[int]:
+def parse_sizes(text: str, dtype: str = "float32") -> list[int]:
     """Message sizes in bytes: "1KB..256MB" doubles from the first to the last (inclusive,
-    as nccl-tests' -b 1K -e 256M -f 2), "4MB" is one size, "1KB,1MB" a list."""
+    as nccl-tests' -b 1K -e 256M -f 2), "4MB" is one size, "1KB,1MB" a list. Each a whole
+    number of `dtype` elements, each once."""
     if ".." in text:
         first, _, last = text.partition("..")
         start, stop = _parse_size(first), _parse_size(last)
         if start > stop:
             raise UserError(f"size range '{text}' runs backwards", _SIZES_HINT)
+        _whole_elements(first, start, dtype)  # then every double of it is too
         sizes = [start]
         while sizes[-1] * 2 <= stop:
             sizes.append(sizes[-1] * 2)
         return sizes
     if not text.strip():
         raise UserError("no message sizes given", _SIZES_HINT)
-    return [_parse_size(part) for part in text.split(",")]
+    sizes = []
+    for part in text.split(","):
+        sizes.append(_whole_elements(part, _parse_size(part), dtype))
+    _once_each(sizes, text)
+    return sizes
+
+
+def _whole_elements(text: str, nbytes: int, dtype: str) -> int:
+    """`nbytes`, refused where it is not a whole number of `dtype` elements: the message was
+    the elements that fit, rounded down (at least one), and its row said bytes not asked for."""
+    itemsize = DTYPES[dtype].itemsize
+    if nbytes % itemsize:
+        raise UserError(
+            f"message size '{text.strip()}' is not a whole number of {dtype} elements "
+            f"({itemsize} bytes each)",
+            f"give a multiple of {itemsize} bytes, e.g. {itemsize}B or 1KB",
+        )
+    return nbytes
+
+
+def _once_each(sizes: list[int], text: str) -> None:
+    # A repeat, however spelt (1KB,1024B), is measured twice, stored as two rows and counts
+    # twice in the ring model's fit; a list flag's repeat is refused as every command's is.
+    for i, size in enumerate(sizes):
+        if size in sizes[:i]:
+            n = sizes.count(size)
+            times = "twice" if n == 2 else f"{n} times"
+            raise UserError(
+                f"message size {size} bytes is given {times} (got '{text}')",
+                "give each size once",
+            )
+
+
+def check_room(sizes: list[int], workers: int, backend: str) -> None:
+    """Refuse, before any worker starts, a largest message that the `workers` ranks cannot
+    hold: on gloo all of them on this machine, each its own copy, within its memory and the
+    address-space limit (`ulimit -v`, which every worker inherits); on nccl each rank on its
+    own GPU. Only what cannot fit: what a worker's own start takes beside it is not guessed
+    (a worker that runs out all the same says so, `message`)."""
+    largest = max(sizes)
+    said = f"a message of {binary_size(largest)}"
+    if backend == "nccl":
+        # fewer GPUs than workers: their worker's own failure says so
+        gpus = range(max(1, min(workers, torch.cuda.device_count())))
+        gpu = min(torch.cuda.get_device_properties(i).total_memory for i in gpus)
+        if largest > gpu:
+            raise UserError(
+                f"{said} is more than a GPU's {binary_size(gpu)} of memory", "give smaller --sizes"
+            )
+        return
+    memory, total = machine_memory(), workers * largest
+    if total > memory:
+        takes = f"on each of {workers} workers takes {binary_size(total)}," if workers > 1 else "is"
+        raise UserError(
+            f"{said} {takes} more than this machine's {binary_size(memory)} of memory",
+            "give smaller --sizes" + (" or fewer --workers" if workers > 1 else ""),
+        )
+    limit = address_limit()
+    if limit is not None and largest > limit:
+        raise UserError(
+            f"{said} is more than the {binary_size(limit)} of address space a worker may map",
+            limit_words(),
+        )
+
+
+def message(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The message of `size` bytes (a whole number of `dtype` elements, `parse_sizes`), zeros.
+    Memory that runs out allocating it is one line naming the size (`ran_out`), not torch's
+    traceback under torch elastic's "To enable traceback see"."""
+    try:
+        return torch.zeros(size // dtype.itemsize, dtype=dtype, device=device)
+    except Exception as e:
+        if not out_of_memory(e):
+            raise
+        raise ran_out(f"allocating a message of {binary_size(size)}", e) from None
+
+
+def ran_out(doing: str, e: BaseException) -> MemoryRanOut:
+    """The one line of a worker that ran out of memory `doing`, as models.registry.ran_out
+    words a model's (not imported: its models' imports, in a worker short of memory): the
+    allocation's size in place of torch's CPU allocator's line, and the limit to raise where
+    one is set (a GPU's memory is not the host's address space)."""
+    first = (error_text(e).strip().splitlines() or [type(e).__name__])[0]
+    host = not isinstance(e, torch.cuda.OutOfMemoryError)
+    return MemoryRanOut(
+        f"out of memory {doing}: {allocation_failed(e) or first}",
+        (limit_words() if host else None) or "give smaller --sizes",
+    )
 
 
 def ring_time(workers: int, nbytes: float, alpha_s: float, bandwidth_bytes_per_s: float) -> float:
@@ -225,7 +316,7 @@ def measure_overlap(
     kernel_s = timer.time(lambda: compute(20)) / 20
     rows: list[dict[str, float]] = []
     for size in sizes:
-        tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
+        tensor = message(size, dtype, device)
         dist.barrier()
         typical = statistics.median(timed(functools.partial(dist.all_reduce, tensor), 1, 3, device))
         count = _calls_lasting(OVERLAP_SPAN * typical, kernel_s, device)
@@ -307,10 +398,9 @@ def measure_after_compute(
     compute = _matmuls(device)
     timer = Timer(device)
     count = _calls_lasting(burst_s, timer.time(lambda: compute(20)) / 20, device)
-    itemsize = torch.empty((), dtype=dtype).element_size()
     out = []
     for size in sizes:
-        tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
+        tensor = message(size, dtype, device)
         dist.all_reduce(tensor)  # warm-up
         mine = []
         for _ in range(reps):
@@ -342,7 +432,7 @@ def measure(
     itemsize = torch.empty((), dtype=dtype).element_size()
     rows = []
     for size in sizes:
-        tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
+        tensor = message(size, dtype, device)
         for _ in range(warmup):
             dist.all_reduce(tensor)
         dist.barrier()
@@ -398,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be at least 1 and --warmup at least 0")
-    sizes = parse_sizes(args.sizes)
+    sizes = parse_sizes(args.sizes, args.dtype)
 
     backend = resolve_backend(args.backend)
     if backend == "nccl":
@@ -412,32 +502,58 @@ def main(argv: list[str] | None = None) -> None:
 
     dist.init_process_group(backend)
     try:
-        dtype = DTYPES[args.dtype]
-        window = Window(family={os.getppid()})  # torchrun's agent: the sibling ranks are ours
-        rows = measure(sizes, args.iters, args.warmup, dtype, device, window)
-        window.start()
-        after = measure_after_compute(sizes, args.iters, dtype, device)
-        window.stop()
-        for row, (slowest, last) in zip(rows, after, strict=True):
-            row["after_compute_s"], row["after_compute_last_s"] = slowest, last
-        window.start()
-        overlap = measure_overlap(overlap_sizes(sizes), args.iters, dtype, device)
-        window.stop()
-        waited = most_contended(window.result())
-        if dist.get_rank() == 0:
-            result = {
-                "backend": backend,
-                "world_size": dist.get_world_size(),
-                "dtype": args.dtype,
-                "iters": args.iters,
-                "warmup": args.warmup,
-                "rows": rows,
-                "overlap": overlap,
-                "contention": waited,
-            }
-            args.out.write_text(json.dumps(result, indent=2) + "\n")
+        _benchmark(args, sizes, backend, device)
+    except MemoryRanOut as e:
+        _fail_in_one_line(args.out.parent, str(e))
+    except Exception as e:
+        if out_of_memory(e):  # not allocating a message: in a collective's own buffers
+            doing = f"all-reducing messages of up to {binary_size(max(sizes))}"
+            _fail_in_one_line(args.out.parent, str(ran_out(doing, e)))
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def _benchmark(
+    args: argparse.Namespace, sizes: list[int], backend: str, device: torch.device
+) -> None:
+    """Measure `sizes` in the process group; rank 0 writes the result to --out."""
+    dtype = DTYPES[args.dtype]
+    window = Window(family={os.getppid()})  # torchrun's agent: the sibling ranks are ours
+    rows = measure(sizes, args.iters, args.warmup, dtype, device, window)
+    window.start()
+    after = measure_after_compute(sizes, args.iters, dtype, device)
+    window.stop()
+    for row, (slowest, last) in zip(rows, after, strict=True):
+        row["after_compute_s"], row["after_compute_last_s"] = slowest, last
+    window.start()
+    overlap = measure_overlap(overlap_sizes(sizes), args.iters, dtype, device)
+    window.stop()
+    waited = most_contended(window.result())
+    if dist.get_rank() == 0:
+        result = {
+            "backend": backend,
+            "world_size": dist.get_world_size(),
+            "dtype": args.dtype,
+            "iters": args.iters,
+            "warmup": args.warmup,
+            "rows": rows,
+            "overlap": overlap,
+            "contention": waited,
+        }
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _fail_in_one_line(directory: Path, line: str) -> NoReturn:
+    """Leave a rank that ran out of memory with its one line, which the study says as the
+    worker count's failure (`rank-R.failure`; `rank-R.error` too, so that the launcher sees
+    which rank failed first): torchrun's own account was "To enable traceback see ...".
+    Exits at once, as a scale worker's failure does: a peer may wait in a collective, and
+    tearing the group down can hang."""
+    rank = os.environ.get("RANK", "0")
+    (directory / f"rank-{rank}.failure").write_text(line)
+    (directory / f"rank-{rank}.error").write_text(line + "\n")
+    os._exit(1)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dlperf import stopping
 from dlperf.contention import Contention, judge
-from dlperf.distributed.allreduce import fit_ring_model, overlap_cost, parse_sizes
+from dlperf.distributed.allreduce import check_room, fit_ring_model, overlap_cost, parse_sizes
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.distributed.launch import run_torchrun
 from dlperf.distributed.planning import resolve_backend, threads_per_worker
@@ -74,8 +75,10 @@ def run_allreduce_study(
     """Benchmark the all-reduce of `sizes` at each of `workers`, store each worker count as
     a run of one `allreduce` study, and return what was measured."""
     reporter = reporter or NullReporter()
+    if iters < 1:  # before torchrun starts, not after
+        raise UserError(f"--iters must be at least 1, got {iters}")
     backend = resolve_backend(backend)
-    parse_sizes(sizes)  # bad sizes fail here, before anything is launched or stored
+    parsed = parse_sizes(sizes)  # bad sizes fail here, before anything is launched or stored
     if not workers or min(workers) < 1:
         raise UserError("--workers needs positive counts", "e.g. --workers 2")
     if backend == "gloo" and max(workers) > usable_cores() and not allow_oversubscribe:
@@ -83,6 +86,7 @@ def run_allreduce_study(
             f"{max(workers)} workers but this host has {usable_cores()} usable cores",
             "use fewer workers or --allow-oversubscribe",
         )
+    check_room(parsed, max(workers), backend)
     study_id = store.create_study(f"allreduce {backend}", "allreduce")
     measured: list[tuple[Recording, int, list[dict[str, Any]]]] = []
     overlap: dict[int, list[dict[str, Any]]] = {}  # per worker count: measure_overlap's rows
@@ -101,7 +105,7 @@ def run_allreduce_study(
                     study_id=study_id,
                 )
             )
-            reporter.task(f"all-reduce, {n} workers")
+            reporter.task(f"all-reduce, {workers_said(n)}")
             directory = out_dir / f"allreduce-{study_id}" / f"w{n}"
             args = ["--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
             args += ["--backend", backend, "--threads", str(threads)]
@@ -109,8 +113,11 @@ def run_allreduce_study(
             env = {"OMP_NUM_THREADS": str(threads)}
             launch = run_torchrun(directory, n, "dlperf.distributed.allreduce", args, env=env)
             if launch.returncode != 0:
-                run.fail(launch.error or "torchrun failed")
-                failures.append(AllreduceFailure(n, launch.error))
+                # A rank's own line (out of memory at a size), not torchrun's account
+                said = sorted(directory.glob("rank-*.failure"))
+                error = said[0].read_text() if said else launch.error
+                run.fail(error or "torchrun failed")
+                failures.append(AllreduceFailure(n, error))
                 continue
             result = json.loads((directory / "result.json").read_text())
             rows = [{"workers": n, **row} for row in result["rows"]]
@@ -132,6 +139,7 @@ def run_allreduce_study(
         for run, n, rows in measured:
             stored = AllreduceSummary(backend, n, rows, ring, overlap[n], overlap_cost(overlap[n]))
             run.summary = asdict(stored)
+    stopping.settle()  # every worker count is stored: one stop now does not unsay it
     worst = Contention.worst(list(windows.values()))
     mark = judge(worst)
     if not mark.reliable:
