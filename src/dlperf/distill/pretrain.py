@@ -15,9 +15,11 @@ import math
 
 import torch
 
-from dlperf.config import DataConfig, DistillConfig
+from dlperf.config import DataConfig, DistillConfig, Experiment
 from dlperf.data import ImageData
 from dlperf.data.sources import held_out, seed_keeping_all
+from dlperf.engine.profiler import check_fits
+from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 
 FRACTION = 0.1  # the pretrain split's test_fraction and val_fraction
@@ -90,6 +92,32 @@ def check_plan(opts: DistillConfig, pool: int, classes: int, target: float | Non
         f"distill K = {ks}: pretrain would train on at most {_images(most)} ({bound}), {why}",
         ", or ".join(fixes),
     )
+
+
+def check_profile(opts: DistillConfig, pool: int, classes: int, base: Experiment) -> None:
+    """Refuse, before the teacher trains, the Ks whose pretrain run trains fewer steps than
+    run.profile's window takes whatever the teacher keeps: at most `most_kept` images, the
+    training share of them (`sizes`) in batches of train.batch_size (all of them when fewer),
+    for distill.pretrain_epochs. Left to the pretrain run, it was refused only after the
+    teacher had trained and scored the pool. The largest such K is said (the most steps)."""
+    epochs = opts.pretrain_epochs or base.train.epochs
+    short = []
+    for k in opts.top_k:
+        most = most_kept(k, pool, classes, opts.top_p)
+        train = sizes(most)[0]
+        steps = epochs * steps_per_epoch(train, min(base.train.batch_size, train)) if train else 0
+        try:
+            check_fits(base.run, steps)
+        except UserError as e:
+            short.append((k, most, e.message))
+    if short:
+        ks = ", ".join(str(k) for k, _, _ in sorted(short))
+        _, most, said = max(short)
+        raise UserError(
+            f"the pretrain stage of K = {ks} (at most {_images(most)} kept, "
+            f"distill.pretrain_epochs = {epochs}): {said}",
+            "lower run.warmup_steps or run.profile.active, or raise distill.pretrain_epochs",
+        )
 
 
 def split_seed(data: ImageData, cfg: DataConfig) -> int:

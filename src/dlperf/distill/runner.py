@@ -28,12 +28,12 @@ import torch
 from dlperf.config import DistillConfig, DistillJob, Experiment, build_experiment
 from dlperf.config.experiment import changed_source
 from dlperf.data import ImageData, load_data
-from dlperf.data.augment import check_augment
 from dlperf.data.sources import read_npz
 from dlperf.distill import pool, pretrain, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, TeacherRow, best
-from dlperf.engine.build import as_run, build_model
+from dlperf.engine import pretrained
+from dlperf.engine.build import as_run, check_profile_fits, check_unrecorded
 from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
 from dlperf.formatting import few
@@ -112,9 +112,6 @@ def plan(job: DistillJob, store: RunStore, reporter: Reporter | None = None) -> 
     # the students have no weights to imply them; the warnings carry the reader's notes,
     # said only at a set's first load (this one)
     base, labelled, warnings = as_run(base, store, reporter)
-    # Every stage trains on images of this shape (the pool's are resized to it), in batches
-    # of train.batch_size, augmented as [augment] says: refused here as `dlperf run` does.
-    check_augment(base.augment, labelled.shape, base.train.batch_size, labelled.name)
     if opts.top_p > labelled.num_classes:
         raise UserError(
             f"--top-p {opts.top_p} is more than the {labelled.num_classes} classes of "
@@ -127,12 +124,43 @@ def plan(job: DistillJob, store: RunStore, reporter: Reporter | None = None) -> 
     student = opts.student or exp.model.name
     kwargs = exp.model.kwargs if student == exp.model.name else {}
     model = {"name": student, "kwargs": kwargs, "weights": None, "transfer": "scratch"}
-    build_model(_derive(base, model=model), labelled, torch.device("cpu"))  # the student fits
+    _check_stages(base, labelled, model, opts, given is None, store)
     unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled, reporter)
     # Before the teacher trains: a K whose pretrain stage cannot run was refused only then.
     pretrain.check_plan(opts, len(unlabeled.images), labelled.num_classes, base.target.accuracy)
+    pretrain.check_profile(opts, len(unlabeled.images), labelled.num_classes, base)
     warnings += unlabeled.notes
     return Plan(name, opts, base, labelled, given, model, unlabeled, device, warnings)
+
+
+def _check_stages(
+    base: Experiment,
+    labelled: ImageData,
+    student: dict[str, Any],
+    opts: DistillConfig,
+    trains_teacher: bool,
+    store: RunStore,
+) -> None:
+    """Refuse, before the study is made, what `dlperf run` refuses of a run before recording
+    it (a batch larger than the training split, target.accuracy without a validation split, a
+    training split of one class, a model that does not build or take the batch, ...), for
+    the labelled stages: the teacher (`base`, unless --teacher gives it) and the baseline
+    (the `student` model), on the `labelled` data every such stage trains on. Left to the
+    stages' runs, these were refused after the study and its folder were made, which stayed
+    empty. The fine-tuning is the baseline's model and data, but its own epochs: held to
+    run.profile's window here, as the runs are."""
+    built: set[str] = set()  # a student of the teacher's model and recipe is built once
+    if trains_teacher:
+        check_unrecorded(base, labelled, pretrained.resolve(base.model, store), built)
+    check_unrecorded(_derive(base, model=student), labelled, None, built)
+    epochs = opts.finetune_epochs or base.train.epochs
+    try:
+        check_profile_fits(_derive(base, train={"epochs": epochs}), labelled)
+    except UserError as e:
+        raise UserError(
+            f"the finetune stage (distill.finetune_epochs = {epochs}): {e.message}",
+            "lower run.warmup_steps or run.profile.active, or raise distill.finetune_epochs",
+        ) from None
 
 
 def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment) -> None:

@@ -179,26 +179,37 @@ def first_refused(
                 if data is None:
                     start = pretrained.resolve(exp.model, runs)
                     data, _ = load_run_data(exp, start, reporter)
-                if start and exp.model.transfer != "scratch" and exp.model.head == "keep":
-                    check_kept_head(start, data)  # a stopped run's names come with its weights
-                check_batch_fits(exp.train.batch_size, data)
-                check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
-                check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
-                check_profile_fits(exp, data)
-                check_classes(data, exp.data.limit)
-                pick_device(exp.run.device)  # a device this host lacks is refused here too
-                model_key = checked_alike(exp)
-                if model_key not in built:
-                    # On the CPU: a sweep's parent process holds no accelerator memory that
-                    # its workers need (what only a device refuses, its memory, fails the run).
-                    # The run's own checks, each forward of them: see build_checked.
-                    build_checked(exp, data, torch.device("cpu"))
-                    built.add(model_key)
+                check_unrecorded(exp, data, start, built)
             except UserError as e:
                 if first is None or index < first[0]:
                     first = (index, e)
                 break  # the group's later points are no earlier than this one
     return first
+
+
+def check_unrecorded(
+    exp: Experiment, data: ImageData, start: pretrained.Pretrained | None, built: set[str]
+) -> None:
+    """Refuse `exp` as `prepare_run` would before recording its run, on its `data` (as
+    `load_run_data` loads it with the resolved weights `start`): for a command that checks
+    every run it will make before it stores anything (a sweep's points, a distill study's
+    labelled stages). The model is built and dry-run on the CPU unless `built` holds its
+    `checked_alike` key (checked on this data already); the key is added."""
+    if start and exp.model.transfer != "scratch" and exp.model.head == "keep":
+        check_kept_head(start, data)  # a stopped run's names come with its weights
+    check_batch_fits(exp.train.batch_size, data)
+    check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
+    check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
+    check_profile_fits(exp, data)
+    check_classes(data, exp.data.limit)
+    pick_device(exp.run.device)  # a device this host lacks is refused here too
+    model_key = checked_alike(exp)
+    if model_key not in built:
+        # On the CPU: a sweep's parent process holds no accelerator memory that its workers
+        # need (what only a device refuses, its memory, fails the run). The run's own
+        # checks, each forward of them: see build_checked.
+        build_checked(exp, data, torch.device("cpu"))
+        built.add(model_key)
 
 
 def load_run_data(
