@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from dlperf.errors import allocated_bytes
+from dlperf.errors import MemoryRanOut, allocated_bytes, limit_words
 from dlperf.parsing import one_line
 
 # Past this a float is shown to its significant digits (1e+25), as --json gives it: ',.0f'
@@ -78,6 +78,20 @@ def allocation_failed(e: BaseException) -> str | None:
     on); None for any other error."""
     size = allocated_bytes(e)
     return None if size is None else f"an allocation of {binary_size(size)} failed"
+
+
+def ran_out(doing: str, e: BaseException, first: str, otherwise: str) -> MemoryRanOut:
+    """The one line for memory that ran out `doing` with `e` (building a model, its dry
+    forward, an all-reduce worker's message): the machine's or a memory limit's, not the
+    input's fault (exit 1); the allocation's size in place of torch's CPU allocator's line,
+    else `first` (what `e` says); the limit to raise where one is set (`ulimit -v`) and the
+    memory is the host's (a GPU's, torch.cuda.OutOfMemoryError, is not its address space),
+    else `otherwise`. Here, imported by a worker short of memory without a model's imports."""
+    host = type(e).__name__ != "OutOfMemoryError"
+    return MemoryRanOut(
+        f"out of memory {doing}: {allocation_failed(e) or first}",
+        (limit_words() if host else None) or otherwise,
+    )
 
 
 # Summary keys carry their unit in their name (dlperf's convention: train_time_s,

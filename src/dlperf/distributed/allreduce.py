@@ -71,7 +71,7 @@ from dlperf.blas import address_limit
 from dlperf.contention import Contention, Window
 from dlperf.distributed.planning import resolve_backend
 from dlperf.errors import MemoryRanOut, UserError, error_text, limit_words, out_of_memory
-from dlperf.formatting import allocation_failed, binary_size
+from dlperf.formatting import binary_size, ran_out
 from dlperf.system import machine_memory, set_threads
 from dlperf.timing import Spread, Timer, timed
 
@@ -179,27 +179,20 @@ def check_room(sizes: list[int], workers: int, backend: str) -> None:
 
 def message(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The message of `size` bytes (a whole number of `dtype` elements, `parse_sizes`), zeros.
-    Memory that runs out allocating it is one line naming the size (`ran_out`), not torch's
+    Memory that runs out allocating it is one line naming the size (`_ran_out`), not torch's
     traceback under torch elastic's "To enable traceback see"."""
     try:
         return torch.zeros(size // dtype.itemsize, dtype=dtype, device=device)
     except Exception as e:
         if not out_of_memory(e):
             raise
-        raise ran_out(f"allocating a message of {binary_size(size)}", e) from None
+        raise _ran_out(f"allocating a message of {binary_size(size)}", e) from None
 
 
-def ran_out(doing: str, e: BaseException) -> MemoryRanOut:
-    """The one line of a worker that ran out of memory `doing`, as models.registry.ran_out
-    words a model's (not imported: its models' imports, in a worker short of memory): the
-    allocation's size in place of torch's CPU allocator's line, and the limit to raise where
-    one is set (a GPU's memory is not the host's address space)."""
+def _ran_out(doing: str, e: BaseException) -> MemoryRanOut:
+    """A worker's one line for memory that ran out `doing` (formatting.ran_out's words)."""
     first = (error_text(e).strip().splitlines() or [type(e).__name__])[0]
-    host = not isinstance(e, torch.cuda.OutOfMemoryError)
-    return MemoryRanOut(
-        f"out of memory {doing}: {allocation_failed(e) or first}",
-        (limit_words() if host else None) or "give smaller --sizes",
-    )
+    return ran_out(doing, e, first, "give smaller --sizes")
 
 
 def ring_time(workers: int, nbytes: float, alpha_s: float, bandwidth_bytes_per_s: float) -> float:
@@ -508,7 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         if out_of_memory(e):  # not allocating a message: in a collective's own buffers
             doing = f"all-reducing messages of up to {binary_size(max(sizes))}"
-            _fail_in_one_line(args.out.parent, str(ran_out(doing, e)))
+            _fail_in_one_line(args.out.parent, str(_ran_out(doing, e)))
         raise
     finally:
         dist.destroy_process_group()

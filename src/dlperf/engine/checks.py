@@ -38,9 +38,9 @@ from dlperf.errors import (
     out_of_memory,
     raised_by_model,
 )
-from dlperf.formatting import few
+from dlperf.formatting import few, ran_out
 from dlperf.image_modes import channels_last
-from dlperf.models.registry import note, ran_out, too_deep, torch_defaults_kept
+from dlperf.models.registry import note, too_deep, torch_defaults_kept
 from dlperf.models.transfer import DISAGREE, load_state
 
 if TYPE_CHECKING:
@@ -358,7 +358,7 @@ TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
 
 
 def _no_memory(where: str, e: BaseException, first: str) -> MemoryRanOut:
-    """`registry.ran_out` `where` ("in a forward of two (3, 32, 32) images on cpu"): "a smaller
+    """`formatting.ran_out` `where` ("in a forward of two (3, 32, 32) images on cpu"): "a smaller
     model or input" missed the limit to raise where one is set."""
     return ran_out(where, e, first, "a smaller model or input, or a device with more memory")
 

@@ -46,18 +46,16 @@ from dlperf.config.base import check_utf8_name
 from dlperf.errors import (
     MODEL_CODE,
     USER_MODULE_PREFIX,
-    MemoryRanOut,
     ModelOsExit,
     UserError,
     error_text,
     exit_call,
     in_model_file,
-    limit_words,
     no_forward_fix,
     out_of_memory,
     raised_by_model,
 )
-from dlperf.formatting import allocation_failed, few
+from dlperf.formatting import few, ran_out
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
@@ -1690,16 +1688,6 @@ def no_room(doing: str, e: BaseException, own: Mapping[str, Any]) -> UserError:
     if not (isinstance(e, RuntimeError) and first):
         first = f"{type(e).__name__}: {first}" if first else type(e).__name__
     return ran_out(doing, e, first, f"{smaller}, or a machine with more memory")
-
-
-def ran_out(doing: str, e: BaseException, first: str, otherwise: str) -> MemoryRanOut:
-    """The one line for memory that ran out `doing` with `e` (building a model, its dry
-    forward): the machine's or a memory limit's, not the input's fault (exit 1); the
-    allocation's size in place of torch's CPU allocator's line, else `first` (what `e` says);
-    the limit to raise where one is set (`ulimit -v`), else `otherwise`."""
-    return MemoryRanOut(
-        f"out of memory {doing}: {allocation_failed(e) or first}", limit_words() or otherwise
-    )
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
