@@ -235,3 +235,13 @@ def test_a_stop_once_every_count_is_stored_does_not_unsay_it(
         assert [row["bytes"] for row in json.loads(r.out)["rows"]] == [1024, 2048]
     else:
         assert (r.code, r.out) == (143, ""), (r.code, r.out, r.err)
+
+
+def test_each_worker_counts_run_is_named_in_words(
+    cli: Callable[..., CliResult], launched: list[list[str]], store: RunStore
+) -> None:
+    # round 55's Left: the one-worker run was stored as "allreduce gloo 1 workers"
+    r = cli("scale", "allreduce", "--workers", "1,2", "--sizes", "1KB", "--backend", "gloo")
+    assert r.code == 0, r.err
+    names = sorted(run.name for run in store.list_runs(kind="allreduce"))
+    assert names == ["allreduce gloo 1 worker", "allreduce gloo 2 workers"]

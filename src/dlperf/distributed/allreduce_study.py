@@ -98,7 +98,7 @@ def run_allreduce_study(
             threads = threads_per_worker(n, usable_cores()) if backend == "gloo" else 1
             run = runs.enter_context(
                 store.new_run(
-                    name=f"allreduce {backend} {n} workers",
+                    name=f"allreduce {backend} {n} worker{'' if n == 1 else 's'}",
                     kind="allreduce",
                     config={"workers": n, "sizes": sizes, "iters": iters, "warmup": warmup},
                     system={**system_info(None, threads), "backend": backend},
