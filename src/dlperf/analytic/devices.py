@@ -2,7 +2,10 @@
 
 The user file ($DLPERF_DEVICES, else ~/.config/dlperf/devices.toml) adds devices and
 overrides built-in ones key by key, so `[T4] price_per_hour_usd = 0.29` changes only the
-price. `dlperf calibrate` writes the measured machine there.
+price, and inside a table too: `[V100] peak_tflops = { fp32 = 1.0 }` changes only the fp32
+peak. `dlperf calibrate` writes the measured machine there; its measured tables replace the
+built-in ones whole. Each entry knows which of its figures the user's file set, so that a
+prediction's basis does not credit a datasheet with them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from dlperf.config.base import FIGURE_MAX, FIGURE_MIN, PPP
 from dlperf.errors import UserError, not_utf8
@@ -35,6 +38,9 @@ convolutions and their backward, depthwise ones (far fewer FLOPs per byte) and t
 backward, matrix products (attention included), window pooling,
 normalisation (batch, layer, group; forward and backward), and all other operators."""
 KINDS: tuple[Kind, ...] = get_args(Kind)
+
+CALIBRATED_BY = "dlperf calibrate"
+"""How the `source` of an entry `dlperf calibrate` wrote begins (interleaved.calibrate)."""
 
 # A machine's figures: a peak, a bandwidth or a price of 0, below 0 or not a number would
 # turn a prediction into a division by zero, a negative time or a null; above FIGURE_MAX
@@ -89,13 +95,44 @@ class Device(BaseModel):
     date: str
     """Date of the source (or of the calibration)."""
 
+    # Not fields (a file cannot set them): what load_catalog learnt of where figures came from.
+    _user_keys: frozenset[str] = PrivateAttr(default_factory=frozenset)
+    """The keys the user's file set: `peak_tflops` for a whole table, `peak_tflops.fp32` for
+    one key merged into a built-in table."""
+    _user_file: str = PrivateAttr(default="")
+
+    def __eq__(self, other: object) -> bool:
+        """Equal figures are the same device, wherever they were read from: a device saved
+        and read back is the one saved (pydantic's own equality compares the private
+        attributes too)."""
+        if not isinstance(other, Device):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def from_user(self, key: str) -> str | None:
+        """The user's file, where it set `key` (`memory_bandwidth_gbs`, `peak_tflops.fp16`)
+        of this entry; else None (a built-in figure, or an entry made in code)."""
+        table = key.partition(".")[0]
+        if key in self._user_keys or table in self._user_keys:
+            return self._user_file
+        return None
+
     def peak_flops(self, precision: str) -> float:
         if precision not in self.peak_tflops:
             raise UserError(
-                f"device {self.name} has no {precision} peak in the catalog",
+                f"device {self.name} has no {precision} peak in {self._peaks_from()}",
                 f"it lists {', '.join(self.peak_tflops)}",
             )
         return self.peak_tflops[precision] * 1e12
+
+    def _peaks_from(self) -> str:
+        """Where the peaks come from, for a refusal: the user's own table was blamed on "the
+        catalog"."""
+        if "peak_tflops" in self._user_keys:
+            return self._user_file
+        if any(key.startswith("peak_tflops.") for key in self._user_keys):
+            return f"the catalog or {self._user_file}"
+        return "the catalog"
 
     def peak_label(self, precision: str) -> str:
         """The peak at `precision` and what it is the peak of, e.g. one GPU of a board."""
@@ -163,6 +200,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
         raise UserError(
             f"device file {path} is not a regular file", "point DLPERF_DEVICES at a TOML file"
         )
+    user_keys: dict[str, frozenset[str]] = {}
     if path.is_file():
         for name, fields in _read_file(path).items():
             if "name" in fields:  # it collided with the table's name in Device(name=...)
@@ -171,7 +209,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
                     f"[{name}] is its name)",
                     f"see {path}",
                 )
-            entries[name] = {**entries.get(name, {}), **fields}
+            entries[name], user_keys[name] = _merged(entries.get(name, {}), fields)
     catalog: dict[str, Device] = {}
     for name, fields in entries.items():
         try:
@@ -180,7 +218,33 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
             raise UserError(f"device {name}: {loc}: {first['msg']}", f"see {path}") from None
+        if name in user_keys:
+            catalog[name]._user_keys = user_keys[name]
+            catalog[name]._user_file = str(path)
     return catalog
+
+
+def _merged(
+    built_in: dict[str, Any], mine: dict[str, Any]
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """The user's entry over the built-in one, key by key, and inside tables too: a table
+    replaced whole dropped the built-in peaks it did not list (`peak_tflops = { fp32 = 1.0 }`
+    left a V100 without fp16). An entry `dlperf calibrate` wrote is one measurement: its
+    tables replace the vendor's whole (a measured fp32 beside a datasheet tf32 would mix
+    them). Also the keys the user set, dotted inside a table merged key by key."""
+    source = mine.get("source")
+    whole = isinstance(source, str) and source.startswith(CALIBRATED_BY)
+    merged = dict(built_in)
+    keys: set[str] = set()
+    for key, value in mine.items():
+        old = built_in.get(key)
+        if isinstance(value, dict) and isinstance(old, dict) and not whole:
+            merged[key] = {**old, **value}
+            keys.update(f"{key}.{inner}" for inner in value)
+        else:
+            merged[key] = value
+            keys.add(key)
+    return merged, frozenset(keys)
 
 
 def check_calibrated_name(name: str, kind: str) -> None:

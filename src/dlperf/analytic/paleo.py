@@ -24,6 +24,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from dlperf.analytic.counting import Analysis
+
+# CALIBRATED_BY re-exported (as itself): interleaved and the tests name it from here
+from dlperf.analytic.devices import CALIBRATED_BY as CALIBRATED_BY
 from dlperf.analytic.devices import KINDS, Device
 from dlperf.analytic.results import (
     Basis,
@@ -182,10 +185,6 @@ def compare(
     )
 
 
-CALIBRATED_BY = "dlperf calibrate"
-"""How the `source` of an entry `dlperf calibrate` wrote begins (interleaved.calibrate)."""
-
-
 def calibrated(device: Device) -> bool:
     """Whether `dlperf calibrate` measured the entry's rates: its `source` says so. A user
     may write `ppp_by_kind` or `op_overhead_us` by hand; those are the entry's own figures."""
@@ -207,12 +206,16 @@ def _own_ppp(device: Device) -> str | None:
     return f"PPP {kinds}{rest}"
 
 
-def basis(device: Device, ppp: float | None, interleaved: bool = False) -> Basis:
+def basis(
+    device: Device, ppp: float | None, interleaved: bool = False, precision: str | None = None
+) -> Basis:
     """What a prediction for `device` at `ppp` (None: the device's own) rests on: `kind`
     ("catalog peak": vendor peaks at PPP 1; "device ppp": an entry's own PPP (and PPP_mem,
     call overhead); "calibrated": rates `dlperf calibrate` measured on `on` at
     `calibrated_at`; "given ppp": --ppp), and a `label` for tables. `interleaved`:
-    calibrated in the same rounds as the measurement it is compared with."""
+    calibrated in the same rounds as the measurement it is compared with. `precision`: the
+    peak the prediction uses (None: a peak given, not the entry's), so that the label names
+    the user's file for it where that file set it."""
     measured = interleaved or calibrated(device)
     own = _own_ppp(device)
     if ppp is not None:
@@ -230,7 +233,9 @@ def basis(device: Device, ppp: float | None, interleaved: bool = False) -> Basis
     if measured:
         label += f" on {device.description or device.name}"
     elif kind != "device ppp":
-        label += f" of {device.name} ({device.source}, {device.date})"
+        label += (
+            f" of {device.name} ({device.source}, {device.date}{_set_by_user(device, precision)})"
+        )
     return Basis(
         kind=kind,
         device=device.name,
@@ -240,6 +245,16 @@ def basis(device: Device, ppp: float | None, interleaved: bool = False) -> Basis
         interleaved=interleaved,
         label=label,
     )
+
+
+def _set_by_user(device: Device, precision: str | None) -> str:
+    """ "; peak_tflops.fp32 from FILE" for the figures a prediction uses that the user's file
+    set over a built-in entry, whose source and date it cites: a V100 at the user's 1 TFLOPS
+    was credited to "NVIDIA Tesla V100 datasheet, 2018-01"."""
+    used = [f"peak_tflops.{precision}"] if precision is not None else []
+    used += ["memory_bandwidth_gbs", "ppp_mem", "op_overhead_us"]
+    keys = [key for key in used if device.from_user(key) is not None]
+    return f"; {', '.join(keys)} from {device.from_user(keys[0])}" if keys else ""
 
 
 def flops_over_peak(analysis: Analysis, peak: float, flops: float | None = None) -> FlopsOverPeak:
@@ -276,7 +291,7 @@ def predict_with_basis(
         peaks = {**device.peak_tflops, precision: peak_tflops}
         device = device.model_copy(update={"peak_tflops": peaks, "gpus_per_board": 1})
     prediction = predict(analysis, device, ppp)
-    b = basis(device, ppp, interleaved)
+    b = basis(device, ppp, interleaved, precision if peak_tflops is None else None)
     if peak_tflops is None:
         peak_label = device.peak_label(precision)
     else:

@@ -15,7 +15,8 @@ a − r: the number of updates made in between. Its `time` is when the server ap
 
 Ties: gradients arriving at the same instant are applied in the order the learners were given
 (then, for one learner, in index order). Instants are compared to 1e-9, so 3 × (1/3) and 1.0
-count as simultaneous.
+count as simultaneous. A schedule whose clock would pass what a float holds (about 1.8e308:
+a time plus its latencies) is refused, not simulated at inf.
 """
 
 from __future__ import annotations
@@ -135,6 +136,14 @@ def simulate(
 
     def send(name: str, index: int, start: float, read: int) -> None:
         arrival = start + work[name][index - 1] + push_latency
+        if not math.isfinite(arrival):
+            # Each figure was finite, their sum is not: arrivals at inf tied and were applied
+            # in the learners' order, not the order they arrive (break-it round 56).
+            raise UserError(
+                f"learner {name}: completion times plus latencies pass what a float holds "
+                "(about 1.8e308)",
+                "lower the times, --push-latency or --pull-latency",
+            )
         heapq.heappush(queue, (round(arrival, TIME_DIGITS), order[name], index, arrival, read))
 
     for name in work:
