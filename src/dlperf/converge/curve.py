@@ -65,6 +65,9 @@ N_BOOT = 200
 MAX_POINTS = 1000
 # The fewest points a fit takes: three parameters, and one point more to tell them apart.
 FEWEST = 4
+# Where `_refine` moves a start's coefficients below it (in the fits' units, where they are
+# about 1) for its second try at a refit scipy's trust region could not take.
+INSIDE = 1e-6
 
 
 @dataclass
@@ -191,6 +194,28 @@ def _grid_start(form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.nd
 
 
 def _refine(
+    form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray, start: np.ndarray
+) -> OptimizeResult:
+    """Weighted least squares from `start`, every coefficient ≥ 0. scipy raises a ValueError
+    ("`x` is not within the trust region") where rounding puts a step a hair past its trust
+    region's edge: 9 of the 200 bootstrap refits of a rising curve, started from its flat power
+    fit next to the bounds (a, b ~ 1e-10), did, a traceback (break-it round 56, C1). Such a
+    refit is tried again from the start moved inside the bounds (`INSIDE`); one that fails
+    again is a result that did not succeed, its x the start and `failed` set: `fit` reports it
+    as not converged, `bootstrap` leaves it out."""
+    try:
+        return _least_squares(form, k, y, w, start)
+    except ValueError:
+        pass
+    try:
+        return _least_squares(form, k, y, w, np.maximum(start, INSIDE))
+    except ValueError as e:
+        return OptimizeResult(
+            x=np.array(start, float), success=False, failed=True, message=f"least squares: {e}"
+        )
+
+
+def _least_squares(
     form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray, start: np.ndarray
 ) -> OptimizeResult:
     f = model(form)
@@ -431,7 +456,15 @@ def bootstrap(
 ) -> np.ndarray:
     """Parameter samples (up to n, 3) by resampling the residuals of the fit and refitting; of
     the bins `fit` fitted when there are more than MAX_POINTS points. Refits whose parameters
-    a float cannot hold (`_scaled`) are left out: n less the rows returned."""
+    a float cannot hold (`_scaled`), and those least squares failed on (`_refine`), are left
+    out: n less the rows returned."""
+    return refits(k, y, form, p, n, seed)[0]
+
+
+def refits(
+    k: np.ndarray, y: np.ndarray, form: str, p: np.ndarray, n: int = N_BOOT, seed: int = 0
+) -> tuple[np.ndarray, int]:
+    """`bootstrap`'s samples, and how many of the refits left out least squares failed on."""
     y = np.asarray(y, float)
     level = value_scale(y)  # of every point, as `fit` takes it (the bins may lose a spike)
     k, y = thinned(np.asarray(k, float), y)
@@ -444,10 +477,16 @@ def bootstrap(
     resid = in_units(y, level) - fitted
     w = weights(len(k))
     samples = np.empty((n, 3))
+    failed = 0
     for i in range(n):
         y_star = np.maximum(fitted + rng.choice(resid, size=len(y), replace=True), 0.0)
-        samples[i] = _scaled(form, _refine(form, k / scale, y_star, w, start).x, scale, level)
-    return samples[np.all(np.isfinite(samples), axis=1)]
+        result = _refine(form, k / scale, y_star, w, start)
+        if result.get("failed", False):
+            failed += 1
+            samples[i] = np.nan
+        else:
+            samples[i] = _scaled(form, result.x, scale, level)
+    return samples[np.all(np.isfinite(samples), axis=1)], failed
 
 
 def intervals(samples: np.ndarray, form: str, point: np.ndarray) -> dict[str, tuple[float, float]]:
@@ -727,8 +766,10 @@ class FitReport:
     samples: dict[str, np.ndarray]  # bootstrap parameter samples, by form
     ci: dict[str, dict[str, tuple[float, float]]]
     heldout: dict[str, float | int | str]
-    # bootstrap refits left out of the intervals, by form: past a float's range (`bootstrap`)
+    # bootstrap refits left out of the intervals, by form: past a float's range, or failed
     dropped: dict[str, int] = field(default_factory=dict)
+    # of those, the refits least squares failed on (`_refine`), by form
+    failed: dict[str, int] = field(default_factory=dict)
 
     @property
     def note(self) -> str | None:
@@ -746,9 +787,18 @@ class FitReport:
                 asked = left_out + len(self.samples[form])
                 said.append(
                     f"{self.curve.label}: {left_out} of {asked} {form} bootstrap refits left out "
-                    "of its intervals: their coefficients pass what a float holds"
+                    f"of its intervals: {_why_left_out(left_out, self.failed.get(form, 0))}"
                 )
         return "; ".join(said) or None
+
+
+def _why_left_out(left_out: int, failed: int) -> str:
+    """Why `left_out` refits, `failed` of them by least squares, are out of the intervals."""
+    if not failed:
+        return "their coefficients pass what a float holds"
+    if failed == left_out:
+        return "least squares failed on them"
+    return f"least squares failed on {failed}, the others' coefficients pass what a float holds"
 
 
 def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitReport:
@@ -759,15 +809,15 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     if unfit is not None:
         raise unfit
     k, y = curve.steps, to_decreasing(curve.values, metric)
-    fits, params, samples, ci, dropped = {}, {}, {}, {}, {}
+    fits, params, samples, ci, dropped, failed = {}, {}, {}, {}, {}, {}
     for form in PARAMS:
         fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
         if n_boot:
-            samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
+            samples[form], failed[form] = refits(k[:n_fit], y[:n_fit], form, params[form], n_boot)
             ci[form] = intervals(samples[form], form, params[form])
             dropped[form] = n_boot - len(samples[form])
     heldout = compare_forms(k, y, n_fit)
-    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout, dropped)
+    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout, dropped, failed)
 
 
 def check_values(curve: Curve, metric: str) -> None:

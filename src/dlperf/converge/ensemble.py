@@ -557,8 +557,10 @@ def val_size(values: np.ndarray, most: int = MAX_VAL_SIZE) -> int | None:
     )
     tol = 0.5 * 10.0**-decimals + 1e-12
     # A coarser n is ruled out by its own values; a finer one than a tenth of a count per
-    # rounding unit would fit by chance.
-    top = int(min(most, 0.1 / tol))
+    # rounding unit would fit by chance. Counted in whole numbers, n·(half a unit) ≤ 0.1: of
+    # 0.1 / tol, whose 1e-12 made it 199.9999996, 200 images at 3 decimals (20 at 2, 2000 at
+    # 4) were truncated away (break-it round 56, C3).
+    top = min(most, 2 * 10**decimals // 10)
     # The candidates that fit every value so far, a few values at a time: a table of every
     # value against every candidate took 1.6 GB an array for 2,000 values (break-it round 12).
     n = np.arange(1, top + 1)[:, None]
