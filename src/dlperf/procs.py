@@ -206,9 +206,16 @@ class Supervisor:
         self.outside = outside
 
     def start(
-        self, command: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+        self,
+        command: Sequence[str],
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        name: str = "a child process",
+        also: str = "",
     ) -> subprocess.Popen[bytes]:
-        """Start the guarded `command` in a session of its own, its output in `log`."""
+        """Start the guarded `command` in a session of its own, its output in `log`. A fork
+        refused by the limit on processes and threads (EAGAIN: a cgroup's pids.max, ulimit -u)
+        is errors.NoThreads, one line naming `name` and the limit (`also`: another way out)."""
         # PYTHONSAFEPATH: `python -c` and `-m` (the guard, sweep's and torchrun's workers, and
         # what those start) put the working directory first on sys.path, where dlperf's own
         # process does not: a user's random.py or typing.py there broke every worker. Each
@@ -222,13 +229,22 @@ class Supervisor:
         }
         # A stop signal waits until the child is on the list that `stop` signals.
         with stopping.shielded(), log.open("wb") as out:
-            child = subprocess.Popen(
-                guarded(command),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=child_env,
-                start_new_session=True,
-            )
+            try:
+                child = subprocess.Popen(
+                    guarded(command),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                # Python's own "Resource temporarily unavailable" named neither the process
+                # nor the limit. Imported here: the guard, in every child, imports this module.
+                from dlperf.errors import NoThreads, out_of_threads, threads_limit
+
+                if not out_of_threads(e):
+                    raise
+                raise NoThreads(f"could not start {name}", threads_limit(also)) from None
             self.children.append(child)
         return child
 

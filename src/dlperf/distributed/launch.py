@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlperf.errors import UserError
+from dlperf.errors import NoThreads, UserError, threads_limit
 from dlperf.paths import open_files_limit, room_for_files
 from dlperf.procs import Supervisor, alive, guarded, how, kill
 from dlperf.procs import stopped as is_stopped  # off Linux (no /proc) nothing is watched
@@ -56,6 +56,16 @@ SPARE_FILES = 2
 # "Too many open files in system": that is the system's table, not the process's limit.
 _OUT_OF_FILES = re.compile(
     r"\[Errno 24\]|errno: 24\b|Too many open files(?! in system)|Failed to init uv loop"
+)
+# What a launch's process says when it could not start a process or thread (fork's or
+# pthread_create's EAGAIN, at a cgroup's pids.max or ulimit -u): std::system_error's words
+# (torchrun's rendezvous store starting its event loop's thread: "RuntimeError: Resource
+# temporarily unavailable"), Python's OSError and its threading's. Asked of the exception the
+# launch raised (error_lines' first line) alone, EAGAIN as the whole of its message: a
+# socket's timed-out read says it too, after words of its own (gloo's "Read error [...]: ").
+_NO_TASKS = re.compile(
+    r"\w(?:Error|Exception): (?:\[Errno 11\] )?Resource temporarily unavailable$"
+    r"|can't start new thread|pthread_create failed"
 )
 
 # A process of a launch stopped (state T: SIGSTOP, `kill -STOP`, a Ctrl-Z of its own terminal)
@@ -359,6 +369,15 @@ def _out_of_files(error: str, log: Path) -> OpenFilesLimit | None:
     return OpenFilesLimit(head, limit)
 
 
+def _out_of_tasks(error: str) -> NoThreads | None:
+    """The launch's failure as the limit on processes and threads, one line, when the
+    exception it raised (torchrun's agent's or a worker's) is EAGAIN from starting one; None
+    for any other failure. A worker aborted (SIGABRT) as gloo could not start its threads is
+    not told apart: its log says only "terminate called without an active exception"."""
+    head = error.splitlines()[0]
+    return NoThreads(head, threads_limit()) if _NO_TASKS.search(head) else None
+
+
 def stopped_bound_s(directory: Path) -> float:
     """How long a process of the launch in `directory` may stay stopped: STOPPED_MIN_S, or
     STOPPED_WARMUPS warm-ups once a torch worker is past its own: from its `rank-R.pid`
@@ -410,7 +429,7 @@ def run_launcher(
     for stale in directory.glob("rank-*"):
         stale.unlink()
     with Supervisor(lambda: worker_pids(directory)) as supervisor:
-        launcher = supervisor.start(command, log, env)
+        launcher = supervisor.start(command, log, env, name=log.stem)  # torchrun, horovodrun
 
         def processes() -> dict[int, str]:  # the launcher, named after its log, and the workers
             ranks = directory.glob("rank-*.pid")
@@ -450,4 +469,6 @@ def run_torchrun(
     error = error_lines(directory, log, code) if code != 0 else None
     if error is not None and (limited := _out_of_files(error, log)) is not None:
         raise limited
+    if error is not None and (no_tasks := _out_of_tasks(error)) is not None:
+        raise no_tasks
     return Launch(code, pids, error)

@@ -128,6 +128,7 @@ def _run_local(
                     [sys.executable, "-u", "-m", MODULE, spec, str(rank)],
                     directory / f"worker-{rank}.log",
                     _env(rank, addresses, threads) | _gpu(rank - ranks.start, bool(addresses)),
+                    name=f"TensorFlow worker {rank}",
                 )
             named = {
                 c.pid: f"TensorFlow worker {r}"

@@ -393,7 +393,11 @@ class SweepRun:
         }
         args = [str(config), str(result), str(self.study_id), str(self.since)]
         command = [sys.executable, "-m", WORKER_MODULE, *args]
-        proc = supervisor.start(command, directory / "worker.log", env)
+        # Under a limit on processes and threads that leaves no room for another worker:
+        # one line naming it, with --jobs 1 (the points run in this process) the other way out.
+        name = f"the sweep worker of point {point.index + 1}/{len(self.sweep.points)}"
+        log = directory / "worker.log"
+        proc = supervisor.start(command, log, env, name=name, also=", or use --jobs 1")
         self.started(point, f" (pid {proc.pid})")
         return _Child(point, exp, proc, directory)
 
