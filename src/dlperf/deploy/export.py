@@ -1033,7 +1033,8 @@ def export(
         # The weights' own digest in the model: a load refuses another export's beside it
         # (the publish moves the files one at a time: a stop between can pair two exports).
         meta.weights_sha256 = meta_io.weights_digests(staged, proto)
-        meta_io.save(staged, meta)
+        with writing(out):  # the model rewritten and its sidecar: a full disk named no file
+            meta_io.save(staged, meta)
         export_s = time.perf_counter() - start
 
         reporter.task("checking the ONNX file")

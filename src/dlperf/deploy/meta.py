@@ -86,7 +86,8 @@ def sidecar(model_path: Path) -> Path:
 
 
 def save(model_path: Path, meta: ModelMeta) -> None:
-    """Embed `meta` in the ONNX file and write the sidecar beside it."""
+    """Embed `meta` in the ONNX file and write the sidecar beside it. A write the disk refuses
+    names no file: the caller says which (export names its `--out`, not the staged file)."""
     import onnx
 
     proto = onnx.load(str(model_path), load_external_data=False)

@@ -28,6 +28,7 @@ from dlperf.engine.hooks import StepEnd
 from dlperf.engine.timers import PhaseLabels
 from dlperf.engine.train_loop import Batch, Component
 from dlperf.errors import UserError
+from dlperf.paths import replaced, writing
 from dlperf.system import profiler_quiet
 
 
@@ -129,7 +130,11 @@ class ProfileWindow(Component):
             self._profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def _write(self, prof: profile) -> None:
-        prof.export_chrome_trace(str(self.path))  # gzipped: the name ends in .gz
+        # Beside its name and renamed when whole (the temporary's name ends in .gz too, which
+        # has torch gzip it): torch gzipped straight onto the name, and a full disk left a
+        # cut-off trace there. A refused write names no file: the one line names the trace.
+        with writing(self.path), replaced(self.path) as part:
+            prof.export_chrome_trace(str(part))
         self.written = True
 
     def __enter__(self) -> ProfileWindow:

@@ -14,8 +14,11 @@ store.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import re
+import shutil
 import sqlite3
 import weakref
 from collections.abc import Iterator
@@ -54,6 +57,8 @@ from dlperf.store.urls import masked_url
 from dlperf.store.urls import shown as shown  # re-exported: every store line names it so
 
 SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
+SQLITE_IOERR, SQLITE_FULL = 10, 13
+NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
 SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
 # A CHECK, UNIQUE or NOT NULL constraint: never dlperf's (its tables have no CHECK or UNIQUE,
 # and dlperf fills every NOT NULL column; a primary key's violation, which `claim` expects, is
@@ -417,6 +422,18 @@ class Repaired:
         return self.tables[Run.__tablename__].copied
 
 
+def _refused_io(e: sqlite3.Error) -> bool:
+    """Whether SQLite failed for an I/O error or a full disk, not for damage it read."""
+    return (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (SQLITE_IOERR, SQLITE_FULL)
+
+
+def nearly_full(path: Path) -> bool:
+    """Whether the disk holding the SQLite database `path` is (nearly) full: SQLite reports a
+    full disk met while growing a store's -shm or -wal as an I/O error, and this tells it
+    apart."""
+    return shutil.disk_usage(path.parent).free < NEARLY_FULL
+
+
 def held(e: sqlite3.Error) -> bool:
     """Whether SQLite failed because another process holds the file locked, past the busy
     timeout: the store is not damaged, and no row may be skipped for it."""
@@ -507,6 +524,11 @@ def _source_tables(source: Path, busy_s: float) -> tuple[sqlite3.Connection, dic
     except sqlite3.DatabaseError as e:
         if held(e):
             raise
+        if _refused_io(e) and nearly_full(source):
+            # The read-only open of a WAL store makes and grows its -shm beside it, which a
+            # full disk refuses as an I/O error: the store is sound, and every command on it
+            # says the disk is full (it was "nothing can be read ... restore it from a backup").
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(source)) from None
         raise UserError(
             f"run store {shown(source)}: nothing can be read ({e})", "restore it from a backup"
         ) from None

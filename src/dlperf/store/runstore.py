@@ -120,7 +120,6 @@ from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.st
 DEFAULT_DB = "dlperf.db"
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
-NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
 # How close to the file size limit (ulimit -f) one of a store's files must be for a disk I/O
 # error to be taken for that limit: SQLite's largest writes are a page (at most 64 KiB, and its
 # frame header in the -wal) and a 32 KiB region of the -shm.
@@ -870,7 +869,7 @@ def _no_room(e: DatabaseError, engine: Engine) -> OSError | None:
     # size limit refuses (EFBIG), as an I/O error.
     if code == SQLITE_IOERR and where not in ("", ":memory:"):
         path = Path(where).resolve()
-        if shutil.disk_usage(path.parent).free < NEARLY_FULL:
+        if integrity.nearly_full(path):
             number = errno.ENOSPC
         elif size_limited(path):
             number = errno.EFBIG
