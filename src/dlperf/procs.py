@@ -189,6 +189,40 @@ def ended_how(returncode: int) -> str:
     return f"{said} ({why})" if why else said
 
 
+CGROUPS = Path("/sys/fs/cgroup")
+
+
+def _pids_cgroup() -> Path | None:
+    """This process's pids cgroup directory: cgroup v1's pids hierarchy, else v2's unified
+    one; None where /proc says neither (off Linux)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    found: dict[str, str] = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        found.setdefault("pids" if "pids" in controllers.split(",") else controllers, path)
+    if "pids" in found:
+        return CGROUPS / "pids" / found["pids"].lstrip("/")
+    return CGROUPS / found[""].lstrip("/") if "" in found else None
+
+
+def refused_forks() -> int:
+    """How many forks and clones a cgroup's pids.max has refused in this process's cgroup and
+    those above it (their pids.events' "max"): a count that grows while a launch runs says
+    that its processes met the limit, where their own words (a C++ abort) do not. 0 where no
+    pids controller is seen."""
+    directory, refused = _pids_cgroup(), 0
+    while directory is not None and directory.is_relative_to(CGROUPS):
+        with contextlib.suppress(OSError, ValueError):
+            for line in (directory / "pids.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                refused += int(value) if key == "max" else 0
+        directory = directory.parent if directory != directory.parent else None
+    return refused
+
+
 def kill(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -10,8 +10,10 @@ T1 C5 (message): `scale --workers 2` under pids.max 4 ended with torchrun's "Run
 Resource temporarily unavailable" (its rendezvous store could not start its thread), then
 c10d's C++ log line and the log's tail, 7 lines. Now a launch whose raised exception (torchrun's
 agent's or a worker's) is EAGAIN from starting a process or thread fails in one line naming the
-limit (exit 1). Left: under pids.max 12 a worker aborted (SIGABRT) in gloo's process group with
-"terminate called without an active exception", which does not tell it apart from any abort.
+limit (exit 1). Under pids.max 12 a worker aborted (SIGABRT) in gloo's process group with
+"terminate called without an active exception", which does not tell it apart from any abort:
+now a launch that fails while a cgroup's pids.events counts a refused fork (procs.refused_forks)
+is the limit's too. Left: such an abort under `ulimit -u` alone (no counter) is not told apart.
 
 Fork's EAGAIN is faked in-process (a real pids.max needs root and a cgroup); torchrun's log is
 the one T1's repro wrote, its frames cut.
@@ -27,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from dlperf import procs
 from dlperf.distributed import launch
 from dlperf.errors import NoThreads, threads_limit
 from tests.conftest import CliResult
@@ -123,10 +126,15 @@ RuntimeError: can't start new thread
 
 
 def failed_launch(
-    monkeypatch: pytest.MonkeyPatch, log_text: str, rank_1_error: str | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    log_text: str,
+    rank_1_error: str | None = None,
+    refused: int = 0,
 ) -> None:
     """run_launcher as torchrun's failure left it: `log_text` its log, `rank_1_error` what
-    worker rank 1 wrote."""
+    worker rank 1 wrote, `refused` the forks a cgroup's pids.max refused while it ran."""
+    counts = iter([0, refused])
+    monkeypatch.setattr(launch, "refused_forks", lambda: next(counts))
 
     def launcher(directory: Path, command: list[str], log: Path, env: Any) -> tuple[int, list[int]]:
         log.write_text(log_text)
@@ -162,16 +170,58 @@ def test_a_worker_out_of_threads_is_one_line_naming_the_process_limit(
     )
 
 
+ABORTED = "terminate called without an active exception\nFatal Python error: Aborted\n"
+SIGABRT = "Signal 6 (SIGABRT) received by PID 15252"
+
+
+def test_a_worker_aborted_as_pids_max_refused_a_fork_names_the_process_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: "worker rank 1 failed (exit code -6 ...): Signal 6 (SIGABRT) ...: Aborted"."""
+    failed_launch(monkeypatch, ABORTED + SUMMARY.format(code="-6", said=SIGABRT), refused=1)
+    with pytest.raises(NoThreads) as raised:
+        launch.run_torchrun(tmp_path, 2, "dlperf.distributed.worker", [])
+    assert str(raised.value) == (
+        f"worker rank 1 failed (exit code -6 (pid: 15252)): {SIGABRT}: Aborted ({threads_limit()})"
+    )
+
+
 def test_a_worker_aborted_is_not_blamed_on_the_process_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """gloo's abort under pids.max 12 says nothing of EAGAIN: it stays the point's failure."""
-    aborted = "terminate called without an active exception\nFatal Python error: Aborted\n"
-    said = "Signal 6 (SIGABRT) received by PID 15252"
-    failed_launch(monkeypatch, aborted + SUMMARY.format(code="-6", said=said))
+    """No fork refused while it ran: gloo's abort stays the point's failure."""
+    failed_launch(monkeypatch, ABORTED + SUMMARY.format(code="-6", said=SIGABRT))
     done = launch.run_torchrun(tmp_path, 2, "dlperf.distributed.worker", [])
     assert done.returncode == 1
-    assert done.error == f"worker rank 1 failed (exit code -6 (pid: 15252)): {said}: Aborted"
+    assert done.error == f"worker rank 1 failed (exit code -6 (pid: 15252)): {SIGABRT}: Aborted"
+
+
+def test_a_worker_that_raised_is_not_blamed_on_a_refused_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork refused meanwhile (another process of the cgroup's) does not hide what a worker
+    raised itself."""
+    raised = WORKER.replace("RuntimeError: can't start new thread", "ValueError: bad shape")
+    failed_launch(monkeypatch, SUMMARY.format(code=1, said="<N/A>"), raised, refused=1)
+    done = launch.run_torchrun(tmp_path, 2, "dlperf.distributed.worker", [])
+    assert done.error is not None
+    assert done.error.startswith("worker rank 1 failed: ValueError: bad shape"), done.error
+
+
+def test_refused_forks_are_counted_in_this_cgroup_and_those_above(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pids.events' "max" of each pids cgroup from this process's up: a limit set above it
+    refuses its forks too."""
+    leaf = tmp_path / "pids" / "job" / "step"
+    leaf.mkdir(parents=True)
+    (leaf / "pids.events").write_text("max 2\n")
+    (leaf.parent / "pids.events").write_text("max 3\n")
+    monkeypatch.setattr(procs, "CGROUPS", tmp_path)
+    monkeypatch.setattr(procs, "_pids_cgroup", lambda: leaf)
+    assert procs.refused_forks() == 5
+    monkeypatch.setattr(procs, "_pids_cgroup", lambda: None)  # no pids controller seen
+    assert procs.refused_forks() == 0
 
 
 def test_a_socket_read_that_timed_out_is_not_blamed_on_the_process_limit(

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from dlperf.errors import NoThreads, UserError, threads_limit
 from dlperf.paths import open_files_limit, room_for_files
-from dlperf.procs import Supervisor, alive, guarded, how, kill
+from dlperf.procs import Supervisor, alive, guarded, how, kill, refused_forks
 from dlperf.procs import stopped as is_stopped  # off Linux (no /proc) nothing is watched
 
 TAIL_LINES = 12
@@ -67,6 +67,7 @@ _NO_TASKS = re.compile(
     r"\w(?:Error|Exception): (?:\[Errno 11\] )?Resource temporarily unavailable$"
     r"|can't start new thread|pthread_create failed"
 )
+_ABORT = re.compile(r"\(exit code -6\b|\bSIGABRT\b")  # a worker's abort, as error_lines says it
 
 # A process of a launch stopped (state T: SIGSTOP, `kill -STOP`, a Ctrl-Z of its own terminal)
 # fails the point once it has stayed so for the greater of STOPPED_MIN_S and STOPPED_WARMUPS
@@ -369,13 +370,21 @@ def _out_of_files(error: str, log: Path) -> OpenFilesLimit | None:
     return OpenFilesLimit(head, limit)
 
 
-def _out_of_tasks(error: str) -> NoThreads | None:
+def _out_of_tasks(error: str, refused: bool) -> NoThreads | None:
     """The launch's failure as the limit on processes and threads, one line, when the
-    exception it raised (torchrun's agent's or a worker's) is EAGAIN from starting one; None
-    for any other failure. A worker aborted (SIGABRT) as gloo could not start its threads is
-    not told apart: its log says only "terminate called without an active exception"."""
+    exception it raised (torchrun's agent's or a worker's) is EAGAIN from starting one, or
+    when torchrun failed or a worker aborted (SIGABRT) while a cgroup's pids.max `refused` a
+    fork (a worker that gloo aborted as it could not start its threads says only "terminate
+    called without an active exception"); None for any other failure: a worker's own
+    exception is its own, whoever else in the cgroup met the limit meanwhile. Under `ulimit
+    -u` alone (no count of what it refused) such an abort is not told apart."""
     head = error.splitlines()[0]
-    return NoThreads(head, threads_limit()) if _NO_TASKS.search(head) else None
+    aborted = head.startswith("torchrun failed") or _ABORT.search(head) is not None
+    return (
+        NoThreads(head, threads_limit())
+        if _NO_TASKS.search(head) or (refused and aborted)
+        else None
+    )
 
 
 def stopped_bound_s(directory: Path) -> float:
@@ -462,13 +471,14 @@ def run_torchrun(
     worker = guarded([sys.executable, "-u", "-m", module, *args])
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
     torchrun += [str(nproc_per_node), *rdzv.args(), "--max-restarts", "0"]
+    refused = refused_forks()
     try:
         code, pids = run_launcher(directory, [*torchrun, "--no-python", *worker], log, env)
     except Stopped as stopped:
         return Launch(1, worker_pids(directory), str(stopped))
     error = error_lines(directory, log, code) if code != 0 else None
-    if error is not None and (limited := _out_of_files(error, log)) is not None:
+    if error is not None and (
+        limited := _out_of_files(error, log) or _out_of_tasks(error, refused_forks() > refused)
+    ):
         raise limited
-    if error is not None and (no_tasks := _out_of_tasks(error)) is not None:
-        raise no_tasks
     return Launch(code, pids, error)
