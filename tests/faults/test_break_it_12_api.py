@@ -6,8 +6,9 @@ Ctrl-C landing inside that import left torch half-imported (its operator registr
 its modules gone), and every later `dlperf.run` in the same process failed with a traceback
 ending in `partially initialized module 'torch._dynamo' has no attribute 'utils'` (or `sympy
 has no attribute 'logic'`, `duplicate registrations for aten.linspace`, ...). The interrupt
-now waits for the import to end and is raised right after it: the run is stored killed and
-the next run in the process trains.
+now waits for the import to end and is raised right after it: the run was stored killed and
+the next run in the process trains. Since round 56 the import is made before the run is
+recorded (engine.optim.load_optimizers), so the interrupted run stores nothing.
 
 The interrupt is made to land inside that import deterministically: a meta-path finder of the
 child process sends SIGINT to it when a module deep in the chain is looked up (no timer). In
@@ -98,11 +99,12 @@ def _interrupted_then_run(tmp_path: Path, deep: str, torch_first: bool) -> dict[
 
 
 @pytest.mark.faults
-def test_a_ctrl_c_inside_the_optimizers_import_is_a_killed_run_and_the_next_trains(
+def test_a_ctrl_c_inside_the_optimizers_import_stores_nothing_and_the_next_trains(
     tmp_path: Path,
 ) -> None:
+    # made before the run is recorded (round 56): the interrupt comes before it, as torch's
     told = _interrupted_then_run(tmp_path, DEEP, torch_first=True)
-    assert [status for _, status in told["runs"]] == ["killed", "finished"]
+    assert [status for _, status in told["runs"]] == ["finished"]
 
 
 @pytest.mark.faults

@@ -11,6 +11,7 @@ from torch import nn
 
 from dlperf import stopping
 from dlperf.config import ScheduleConfig, TrainConfig
+from dlperf.errors import MemoryRanOut, error_text, limit_words
 from dlperf.models.transfer import split_params
 
 
@@ -26,14 +27,35 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
     return groups
 
 
+def load_optimizers() -> None:
+    """Import what an optimizer's first use imports: torch._dynamo (and with it torch.fx,
+    sympy, torch._inductor: some 870 modules, seconds, and about 270 MiB of address space:
+    VmPeak 3,222,256 KiB after `import dlperf, torch`, 3,499,228 after it, measured).
+    `run` and `run --resume` call it before the run is recorded or taken over: made at the
+    first optimizer build, under a `ulimit -v` just above torch's own check it ran out after,
+    and the run was stored `failed` with "MemoryError: " (a resumed one too, `killed` before).
+    Short of memory under a set limit, one line naming the limit (MemoryRanOut, exit 1)."""
+    try:
+        with stopping.deferred():
+            # A Ctrl-C landing inside left torch half-imported, its operators registered, and
+            # every later run in the process (a notebook's) failed: the import is made whole,
+            # the Ctrl-C raised after it.
+            importlib.import_module("torch._dynamo")
+    except (MemoryError, SystemError) as e:  # an extension's init that ran out: SystemError
+        words = limit_words()
+        if words is None:  # the machine's memory, not a limit's: as it was raised
+            raise
+        said = error_text(e)
+        raise MemoryRanOut(
+            f"cannot load torch._dynamo, which the optimizers need: {type(e).__name__}"
+            + (f": {said}" if said else ""),
+            words,
+        ) from None
+
+
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     params = param_groups(model, cfg)
-    with stopping.deferred():
-        # torch.optim imports torch._dynamo at an optimizer's first use (and with it torch.fx,
-        # sympy, torch._inductor: some 870 modules, seconds). A Ctrl-C landing inside left
-        # torch half-imported, its operators registered, and every later run in the process
-        # (a notebook's) failed: the import is made here, whole, the Ctrl-C raised after it.
-        importlib.import_module("torch._dynamo")
+    load_optimizers()  # loaded already where a run was checked before it was recorded
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(
             params, lr=cfg.lr, betas=(cfg.momentum, 0.999), weight_decay=cfg.weight_decay

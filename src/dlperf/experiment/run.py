@@ -30,6 +30,7 @@ from dlperf.config.experiment import (
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
+from dlperf.engine.optim import load_optimizers
 from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, in_model_file, model_exited
@@ -138,6 +139,7 @@ def run_experiment(
     reporter = reporter or NullReporter()
     prepared = prepare_run(exp, store, reporter)
     check_profile_fits(exp, prepared.data)
+    load_optimizers()  # short of memory for them (a ulimit -v), before the run is recorded
     digest = exp.config_hash()
     final_only = keep_weights and not exp.run.checkpoint
     out_dir = store.artifact_dir(exp.run.out_dir)  # a loop of links fails before the run
@@ -234,6 +236,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     _check_same_classes(run_id, state.get("classes"), prepared.data.classes)
     _check_same_split(run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size))
     check_profile_fits(exp, prepared.data, done["epoch"])
+    load_optimizers()  # short of memory for them, the run is left as it stopped, not `failed`
     # One process writes a run: of two resuming it at once, the other stops here.
     store.take_over(run_id)
     with store.recording(run_id) as record:

@@ -76,7 +76,7 @@ from sqlalchemy.orm import Session, object_session
 from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
-from dlperf.errors import StoreGone, UserError, interrupted
+from dlperf.errors import StoreGone, UserError, error_text, interrupted, memory_limit
 from dlperf.parsing import finite_json, printable_key, printable_keys, subscripted
 from dlperf.paths import error_line, no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
@@ -656,6 +656,16 @@ def _sqlite_options(url: URL, name: str) -> None:
 def _name(engine: Engine) -> str:
     """The store as a write's refusal names it: its URL, password masked, without ?mode=ro."""
     return integrity.shown(masked_url(engine.url.render_as_string()))
+
+
+def _failure_line(e: BaseException) -> str:
+    """The error a run that `e` ended is stored with (`error_line`), but a MemoryError under a
+    set address-space limit as the command's out-of-memory line says it, the limit named: a
+    bare MemoryError was stored as "MemoryError: ", which said neither why nor what to do."""
+    limit = memory_limit() if isinstance(e, MemoryError) else ""
+    if not limit:
+        return error_line(e)
+    return f"out of memory: {error_text(e) or type(e).__name__}{limit}"
 
 
 def _absent(name: str, what: str, read_only: bool) -> tuple[str, str]:
@@ -2064,7 +2074,11 @@ class RunStore:
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e, where, read_only)
             ) from None
         if store_id is None:  # an empty database, opened only to read it
-            unwritable = _absent(_name(engine), "holds no store yet", read_only)
+            # A SQLite file by its absolute path, as "is an empty file" names it, not by a
+            # URL the user may never have typed (sqlite:///nt.db)
+            path = integrity.store_file(engine)
+            shown_as = _name(engine) if path is None else integrity.shown(path)
+            unwritable = _absent(shown_as, "holds no store yet", read_only)
             return cls._empty(unwritable, unwritable[0])
         place = _server_place(engine) if not sqlite and writing else None
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
@@ -2471,7 +2485,7 @@ class RunStore:
             # error_line: an exception whose own __str__ raises is still marked and raised,
             # and a full disk is stored as the one line tells it, not as Python's OSError
             with contextlib.suppress(MemoryError, SystemError):
-                self._mark(run_id, "failed", error=error_line(e))
+                self._mark(run_id, "failed", error=_failure_line(e))
             raise
         refused = self._mark(run_id, record.status, record.summary, record.error)
         if refused is not None:
