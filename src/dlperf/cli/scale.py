@@ -251,9 +251,10 @@ def allreduce(
     Example: dlperf scale allreduce --workers 2 --sizes 1KB..64MB
     """
     from dlperf.config import ScaleJob, load_job
-    from dlperf.distributed.allreduce_study import run_allreduce_study
+    from dlperf.distributed.allreduce_study import check_study, run_allreduce_study
 
     opts = load_job(ScaleJob, None, [], scale=flags).scale
+    check_study(opts.workers, sizes, opts.backend, iters, opts.allow_oversubscribe)  # no store yet
     store = open_store()
     where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
     with StudyStop("allreduce", None, True, console.err_line) as said, console.reporter() as rep:

@@ -61,6 +61,27 @@ class AllreduceStudy(Record):
     reliability_note: str | None
 
 
+def check_study(
+    workers: list[int], sizes: str, backend: str, iters: int, allow_oversubscribe: bool
+) -> str:
+    """Refuse what `run_allreduce_study` cannot measure, before anything is launched or
+    stored (the command calls it before it opens the store, which a refusal left made):
+    returns the backend resolved."""
+    if iters < 1:  # before torchrun starts, not after
+        raise UserError(f"--iters must be at least 1, got {iters}")
+    backend = resolve_backend(backend)
+    parsed = parse_sizes(sizes)
+    if not workers or min(workers) < 1:
+        raise UserError("--workers needs positive counts", "e.g. --workers 2")
+    if backend == "gloo" and max(workers) > usable_cores() and not allow_oversubscribe:
+        raise UserError(
+            f"{max(workers)} workers but this host has {usable_cores()} usable cores",
+            "use fewer workers or --allow-oversubscribe",
+        )
+    check_room(parsed, max(workers), backend)
+    return backend
+
+
 def run_allreduce_study(
     store: RunStore,
     workers: list[int],
@@ -75,18 +96,7 @@ def run_allreduce_study(
     """Benchmark the all-reduce of `sizes` at each of `workers`, store each worker count as
     a run of one `allreduce` study, and return what was measured."""
     reporter = reporter or NullReporter()
-    if iters < 1:  # before torchrun starts, not after
-        raise UserError(f"--iters must be at least 1, got {iters}")
-    backend = resolve_backend(backend)
-    parsed = parse_sizes(sizes)  # bad sizes fail here, before anything is launched or stored
-    if not workers or min(workers) < 1:
-        raise UserError("--workers needs positive counts", "e.g. --workers 2")
-    if backend == "gloo" and max(workers) > usable_cores() and not allow_oversubscribe:
-        raise UserError(
-            f"{max(workers)} workers but this host has {usable_cores()} usable cores",
-            "use fewer workers or --allow-oversubscribe",
-        )
-    check_room(parsed, max(workers), backend)
+    backend = check_study(workers, sizes, backend, iters, allow_oversubscribe)
     study_id = store.create_study(f"allreduce {backend}", "allreduce")
     measured: list[tuple[Recording, int, list[dict[str, Any]]]] = []
     overlap: dict[int, list[dict[str, Any]]] = {}  # per worker count: measure_overlap's rows
