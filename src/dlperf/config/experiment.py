@@ -18,7 +18,7 @@ import re
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, cast
+from typing import Annotated, Any, ClassVar, Literal, Protocol, cast
 
 from pydantic import (
     BaseModel,
@@ -80,6 +80,83 @@ def weights_file(weights: str | None) -> Path | None:
 WEIGHTS_FILE_DIGEST = "weights_file_sha256"
 MODEL_FILE_DIGEST = "model_file_sha256"
 MODEL_NEIGHBOURS_DIGEST = "model_neighbours_sha256"
+# Of a run trained from `run:ID` or `run:last:NAME` weights: the run they resolved to and the
+# sha256 of its checkpoint file then. Its config holds only the text, and run:last:NAME names
+# another run once a newer one of that name finishes (`changed_source`).
+WEIGHTS_RUN = "weights_run"
+WEIGHTS_RUN_DIGEST = "weights_run_checkpoint_sha256"
+
+
+class _Run(Protocol):
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+class WeightsRuns(Protocol):
+    """The reads of a run store that resolve `run:` weights (engine.stored's `StoredRuns`
+    and the store meet it): here, so that a sweep checks its points without the engine."""
+
+    def list_runs(self, kind: str | None = None) -> Sequence[_Run]: ...
+
+    def artifacts(self, run_id: int) -> list[dict[str, Any]]: ...
+
+
+def weights_run_id(weights: str | None, runs: WeightsRuns) -> int | None:
+    """The run `run:ID` or `run:last:NAME` weights name now (the newest finished run of
+    that name); None for weights of another form, a malformed one, or no such run."""
+    rest = (weights or "").removeprefix("run:")
+    if weights is None or rest == weights:
+        return None
+    if rest.isdigit():
+        return int(rest)
+    name = rest.removeprefix("last:")
+    if not rest.startswith("last:") or not name:
+        return None
+    for run in runs.list_runs(kind="run"):  # newest first
+        if run.name == name and run.status == "finished":
+            return run.id
+    return None
+
+
+def run_checkpoint_digest(run_id: int, runs: WeightsRuns) -> str | None:
+    """The sha256 of run `run_id`'s last recorded checkpoint file (what `run:` weights start
+    from); None for none recorded, or one not there to read."""
+    paths = [a["path"] for a in runs.artifacts(run_id) if a["kind"] == "checkpoint"]
+    return _digest(Path(paths[-1])) if paths else None
+
+
+def weights_run_record(weights: str | None, runs: WeightsRuns) -> dict[str, Any]:
+    """What a run trained from `run:` weights records of them in its system: the run they
+    resolve to and its checkpoint's digest; nothing for weights of another form."""
+    run_id = weights_run_id(weights, runs)
+    if run_id is None:
+        return {}
+    return {WEIGHTS_RUN: run_id, WEIGHTS_RUN_DIGEST: run_checkpoint_digest(run_id, runs)}
+
+
+def _changed_weights_run(
+    weights: str | None, system: dict[str, Any], runs: WeightsRuns
+) -> str | None:
+    """Whether `run:` weights resolve now to another run than a stored run recorded training
+    from, or to other bytes of its checkpoint; None when not, or when it recorded none, or
+    the run or its checkpoint is gone now (training it again says so)."""
+    then = system.get(WEIGHTS_RUN)
+    if then is None:
+        return None
+    now = weights_run_id(weights, runs)
+    if now is not None and now != then:
+        return f"its model.weights run (run {then} then, run {now} now)"
+    trained = system.get(WEIGHTS_RUN_DIGEST)
+    digest = None if now is None or trained is None else run_checkpoint_digest(now, runs)
+    if digest not in (None, trained):
+        return f"its model.weights run's checkpoint (run {now}'s)"
+    return None
 
 
 def weights_digest(weights: str | None) -> str | None:
@@ -126,13 +203,18 @@ def changed_model_files(
     return (" and ".join(changed), bool(neighbours)) if changed else None
 
 
-def changed_source(config: dict[str, Any], system: dict[str, Any] | None) -> str | None:
+def changed_source(
+    config: dict[str, Any], system: dict[str, Any] | None, runs: WeightsRuns | None = None
+) -> str | None:
     """Which file a stored run (its `config` and `system`) trained from has other bytes now
     than it recorded: "its model file", "module helper.py beside its model file", "its
     model.weights file"; None for none, and for a file it recorded no digest of (a registered
     model, weights of another form, a sweep point failed before its run was recorded, a run
     of a dlperf before round 28 or 29): it is taken as it was. Its config, hashed now, reads
-    the files as they are now, and would pass for a run of them: a sweep point, a stage."""
+    the files as they are now, and would pass for a run of them: a sweep point, a stage.
+    With the store (`runs`), `run:` weights too: "its model.weights run (run 1 then, run 9
+    now)" once they resolve to another run, its checkpoint once that holds other bytes (a
+    run of a dlperf before round 57 recorded neither)."""
     changed = changed_model_files(config, system, "its model file")
     if changed is not None:
         return changed[0]
@@ -140,7 +222,7 @@ def changed_source(config: dict[str, Any], system: dict[str, Any] | None) -> str
     weights = config.get("model", {}).get("weights")
     if trained is not None and trained != weights_digest(weights):
         return "its model.weights file"
-    return None
+    return None if runs is None else _changed_weights_run(weights, system or {}, runs)
 
 
 def _digest(path: Path) -> str | None:

@@ -468,8 +468,9 @@ def run_distill(
         if stored.status != "finished" or not stored.config_hash:
             continue
         # The modules its model file imports are no part of its config hash (that needs the
-        # file imported): a run trained before one changed is no stage of the code as it is.
-        if changed_source(stored.config, stored.system) is not None:
+        # file imported): a run trained before one changed is no stage of the code as it is;
+        # nor one whose run: weights resolve to another run now (a newer run:last:NAME).
+        if changed_source(stored.config, stored.system, store) is not None:
             continue
         # Nor one trained on classes named otherwise (an image folder's renamed since, the
         # same count): its outputs stand for other classes than the data's by those names.

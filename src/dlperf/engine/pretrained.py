@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from dlperf.config import DataConfig, ModelConfig
-from dlperf.config.experiment import weights_file
+from dlperf.config.experiment import weights_file, weights_run_id
 from dlperf.data import ImageData
 from dlperf.engine import checkpoint
 from dlperf.engine.stored import StoredRuns
@@ -151,14 +151,13 @@ def _usable(folder: Path, source: str) -> None:
 
 
 def _run_id(spec: str, store: StoredRuns) -> int:
+    # One resolution with what a run records of them, and a sweep checks (weights_run_id).
+    found = weights_run_id(spec, store)
+    if found is not None:
+        return found
     rest = spec.removeprefix("run:")
-    if rest.isdigit():
-        return int(rest)
     name = rest.removeprefix("last:")
     if rest.startswith("last:") and name:
-        for run in store.list_runs(kind="run"):  # newest first
-            if run.name == name and run.status == "finished":
-                return run.id
         raise UserError(f"model.weights {spec}: no finished run named {name!r}", "see dlperf runs")
     raise UserError(f"model.weights {spec!r}: expected run:ID or run:last:NAME")
 

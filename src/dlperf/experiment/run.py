@@ -26,6 +26,7 @@ from dlperf.config.experiment import (
     model_changes,
     model_file_digest,
     weights_digest,
+    weights_run_record,
 )
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
@@ -154,6 +155,8 @@ def run_experiment(
     weights = weights_digest(exp.model.weights)
     if weights is not None:
         system[WEIGHTS_FILE_DIGEST] = weights
+    # run:last:NAME names another run once a newer one finishes: the one trained from now
+    system |= weights_run_record(exp.model.weights, store)
     if by_api:  # this process, as "process" records it: a resume by another process differs
         system[API_PROCESS] = this_process()
     with contextlib.ExitStack() as recorded:

@@ -61,12 +61,13 @@ def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
         return None
 
 
-def run_key(run: RunRecord, free_threads: bool) -> str | None:
+def run_key(run: RunRecord, free_threads: bool, store: RunStore | None = None) -> str | None:
     """The point key of a stored run; None for one trained from a model file, a module beside
     it or a model.weights file with other bytes now than it recorded (`changed_source`): its
     config, hashed now, reads the files as they are now, and would pass for the point trained
-    from them."""
-    if changed_source(run.config, run.system) is not None:
+    from them. With the `store`, also for one whose `run:` weights resolve to another run now
+    (run:last:NAME once a newer run of that name finished) or to another checkpoint."""
+    if changed_source(run.config, run.system, store) is not None:
         return None
     return point_key(run.config, free_threads)
 
@@ -134,7 +135,7 @@ def sweep_study(
     studies = studies_named(store, sweep.name, "sweep")
     for study_id in studies:
         runs = store.list_runs(study_id=study_id)
-        if all(run_key(run, free_threads) in wanted for run in runs):
+        if all(run_key(run, free_threads, store) in wanted for run in runs):
             if study_id != studies[0]:
                 reporter.log(
                     f"sweep {sweep.name!r}: resuming study {study_id}, the newest whose runs "
@@ -143,7 +144,8 @@ def sweep_study(
             return study_id
     if studies:
         runs = store.list_runs(study_id=studies[0])
-        changed = next(filter(None, (changed_source(run.config, run.system) for run in runs)), None)
+        changes = (changed_source(run.config, run.system, store) for run in runs)
+        changed = next(filter(None, changes), None)
         why = (
             f"{changed} changed since they trained"
             if changed
@@ -172,7 +174,7 @@ def finished_runs(
     if study_id is None:
         return found
     for run in store.list_runs(study_id=study_id):  # newest first
-        key = run_key(run, free_threads) if run.status == "finished" else None
+        key = run_key(run, free_threads, store) if run.status == "finished" else None
         if key is not None:
             found.setdefault(key, run)
     return found
@@ -325,7 +327,7 @@ class SweepRun:
         runs = [
             run
             for run in self.store.list_runs(study_id=self.study_id)  # newest first
-            if run_key(run, free) == key and (ended or run.status == "running")
+            if run_key(run, free, self.store) == key and (ended or run.status == "running")
         ]
         run = runs[0] if runs else None
         of_run = f" (run {run.id}{f' {run.status}' if ended else ''})" if run else ""
