@@ -48,7 +48,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager, suppress
 from http import HTTPStatus
@@ -231,11 +231,14 @@ class _DrainingServer(uvicorn.Server):
     after the connections: closed first, it refused the requests read after the stop, those
     that had arrived whole before it among them (`_GuardedH11.shutdown`)."""
 
-    def __init__(self, config: uvicorn.Config, batcher: Batcher) -> None:
+    def __init__(self, config: uvicorn.Config, batcher: Batcher, noted: Sequence[int] = ()) -> None:
         super().__init__(config)
         self.batcher = batcher
         self.first_signal: int | None = None
         self.accepts = _AcceptWatch()
+        # The stop signals that came before uvicorn took them (serve_forever's `note`), once
+        # "serving" was said: uvicorn never heard of them, and served on for ever (round 57).
+        self.noted = noted
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.first_signal is not None:
@@ -260,6 +263,8 @@ class _DrainingServer(uvicorn.Server):
         if sockets is not None:
             sockets = [_Listener.watching(sock, self.accepts) for sock in sockets]
         await super().startup(sockets)
+        if self.noted and self.first_signal is None:  # stopped before uvicorn listened for it
+            self.handle_exit(self.noted[0], None)
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's report of an error no task owns. A failed accept() is the listener's to
@@ -1010,7 +1015,7 @@ def serve_forever(
     # so this one only notes which signal it was, for the caller to exit by it.
     previous = {sig: signal.signal(sig, note) for sig in stopping.taken()}
     server = _DrainingServer(
-        uvicorn_config(app, read_timeout_s, max_connections), app.state.batcher
+        uvicorn_config(app, read_timeout_s, max_connections), app.state.batcher, stopped_by
     )
     # Its log lines written by a thread of their own: a stderr nobody reads blocked the loop
     # in a write, and neither requests nor stop signals were heard again. Waited for after
