@@ -118,8 +118,9 @@ from dlperf.store.urls import (
 from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
 
 DEFAULT_DB = "dlperf.db"
-# SQLite's primary result codes (the low byte of an extended code).
-SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
+# SQLite's primary result codes (the low byte of an extended code); its I/O error and full
+# disk are integrity's, which tells a full disk from damage with them too.
+SQLITE_BUSY, SQLITE_READONLY, SQLITE_CANTOPEN = 5, 8, 14
 # How close to the file size limit (ulimit -f) one of a store's files must be for a disk I/O
 # error to be taken for that limit: SQLite's largest writes are a page (at most 64 KiB, and its
 # frame header in the -wal) and a 32 KiB region of the -shm.
@@ -874,10 +875,10 @@ def _no_room(e: DatabaseError, engine: Engine) -> OSError | None:
     it: the CLI then says so in one line (exit 1) instead of a driver traceback."""
     where = str(engine.url.database)
     code = _sqlite_code(e)
-    number = errno.ENOSPC if code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL else None
+    number = errno.ENOSPC if code == integrity.SQLITE_FULL or _pg_state(e) == PG_DISK_FULL else None
     # SQLite reports a full disk met while growing its -shm or -wal file, and any write a file
     # size limit refuses (EFBIG), as an I/O error.
-    if code == SQLITE_IOERR and where not in ("", ":memory:"):
+    if code == integrity.SQLITE_IOERR and where not in ("", ":memory:"):
         path = Path(where).resolve()
         if integrity.nearly_full(path):
             number = errno.ENOSPC
