@@ -71,13 +71,7 @@ from dlperf.store.ids import STORE_ID_FORM
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
-from dlperf.store.runstore import (
-    SQLITE_FULL,
-    SQLITE_IOERR,
-    dispose,
-    garbled_metrics,
-    size_limited,
-)
+from dlperf.store.runstore import dispose, garbled_metrics, size_limited
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -662,7 +656,10 @@ def _sqlite_write_failed(e: BaseException) -> bool:
     for found in causes(e):
         for error in (found, getattr(found, "orig", None)):
             code = getattr(error, "sqlite_errorcode", None)
-            failed = isinstance(code, int) and code & 0xFF in (SQLITE_IOERR, SQLITE_FULL)
+            failed = isinstance(code, int) and code & 0xFF in (
+                integrity.SQLITE_IOERR,
+                integrity.SQLITE_FULL,
+            )
             if isinstance(error, sqlite3.Error) and failed:
                 return True
     return False
