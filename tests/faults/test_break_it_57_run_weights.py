@@ -13,7 +13,9 @@ changed since they trained". Runs stored before (nothing recorded) are taken as 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 from dlperf.config.experiment import WEIGHTS_RUN, WEIGHTS_RUN_DIGEST, changed_source
@@ -78,3 +80,27 @@ def test_c1_a_run_trained_from_a_checkpoint_rewritten_since_is_changed(
     assert changed_source(stored.config, stored.system, store) == (
         f"its model.weights run's checkpoint (run {pre}'s)"
     )
+
+
+def test_a_run_records_the_run_its_weights_were_read_from(
+    store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer run of the name finishing between the load of `run:last:NAME` weights and the
+    run's record: the record names the run the weights were read from (resolved once)."""
+    import dlperf.experiment.run as running
+
+    exp = experiment(tmp_path)
+    first = _pretrain(store, exp)
+    real, newer = running.prepare_run, []
+
+    def prepare_then_finish_a_newer(*args: Any, **kwargs: Any) -> Any:
+        prepared = real(*args, **kwargs)
+        if not newer:
+            newer.append(0)
+            newer[0] = _pretrain(store, exp)  # prepares by this very function: once only
+        return prepared
+
+    monkeypatch.setattr(running, "prepare_run", prepare_then_finish_a_newer)
+    run = run_experiment(load_experiment(exp, ["model.weights=run:last:pre"]), store).run_id
+    assert newer[0] > first
+    assert store.get_run(run).system[WEIGHTS_RUN] == first

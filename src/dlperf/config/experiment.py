@@ -131,10 +131,9 @@ def run_checkpoint_digest(run_id: int, runs: WeightsRuns) -> str | None:
     return _digest(Path(paths[-1])) if paths else None
 
 
-def weights_run_record(weights: str | None, runs: WeightsRuns) -> dict[str, Any]:
+def weights_run_record(run_id: int | None, runs: WeightsRuns) -> dict[str, Any]:
     """What a run trained from `run:` weights records of them in its system: the run they
-    resolve to and its checkpoint's digest; nothing for weights of another form."""
-    run_id = weights_run_id(weights, runs)
+    were read from (`run_id`, None for weights of another form) and its checkpoint's digest."""
     if run_id is None:
         return {}
     return {WEIGHTS_RUN: run_id, WEIGHTS_RUN_DIGEST: run_checkpoint_digest(run_id, runs)}

@@ -73,6 +73,7 @@ class Prepared:
     data: ImageData
     model: torch.nn.Module
     transfer: dict[str, Any] | None  # where the weights came from and what was adapted
+    weights_run: int | None = None  # the run `run:` weights were read from (Pretrained.run_id)
 
 
 def prepare_run(
@@ -106,7 +107,8 @@ def prepare_run(
     expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
     origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
     origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
-    return Prepared(device, threads, free, crowded, data, model, origin | {"warnings": warnings})
+    origin |= {"warnings": warnings}
+    return Prepared(device, threads, free, crowded, data, model, origin, start.run_id)
 
 
 def build_checked(

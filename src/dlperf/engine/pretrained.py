@@ -59,6 +59,9 @@ class Pretrained:
     # held to the data's. A finished run's summary names them; a stopped run's checkpoint,
     # or one given as a file, read by `fetch`, fills them in.
     classes: list[str] = field(default_factory=list)
+    # The run `run:` weights resolved to as they were read: what the run trained from them
+    # records (`run:last:NAME` may name a newer run a moment later).
+    run_id: int | None = None
 
 
 def resolve(cfg: ModelConfig, store: StoredRuns) -> Pretrained | None:
@@ -191,6 +194,7 @@ def _from_run(spec: str, store: StoredRuns) -> Pretrained:
         tuple(std) if std else None,
         buffers,
         classes,
+        run_id,
     )
 
 

@@ -155,8 +155,8 @@ def run_experiment(
     weights = weights_digest(exp.model.weights)
     if weights is not None:
         system[WEIGHTS_FILE_DIGEST] = weights
-    # run:last:NAME names another run once a newer one finishes: the one trained from now
-    system |= weights_run_record(exp.model.weights, store)
+    # run:last:NAME names another run once a newer one finishes: the one read as it loaded
+    system |= weights_run_record(prepared.weights_run, store)
     if by_api:  # this process, as "process" records it: a resume by another process differs
         system[API_PROCESS] = this_process()
     with contextlib.ExitStack() as recorded:
