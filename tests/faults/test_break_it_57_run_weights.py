@@ -104,3 +104,33 @@ def test_a_run_records_the_run_its_weights_were_read_from(
     run = run_experiment(load_experiment(exp, ["model.weights=run:last:pre"]), store).run_id
     assert newer[0] > first
     assert store.get_run(run).system[WEIGHTS_RUN] == first
+
+
+def test_a_sweep_lists_the_store_once_to_check_its_points_run_weights(
+    store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun of a sweep of points trained from `run:last:NAME` weights checks each stored
+    point against the run the name resolves to now: one listing of the store's runs for all
+    of them (`ListedOnce`), not one per point."""
+    exp = experiment(tmp_path)
+    _pretrain(store, exp)
+    path = tmp_path / "sw.toml"
+    path.write_text(
+        f'base = "{exp}"\nname = "w"\n[grid]\n"train.lr" = [0.05, 0.04, 0.03, 0.02]\n'
+        '[set]\n"model.weights" = "run:last:pre"\n"train.epochs" = 1\n'
+    )
+    run_sweep(load_sweep(path), store, reporter=Log())
+    listings: list[str | None] = []
+    real = store.list_runs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        listings.append(kwargs.get("kind"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "list_runs", counted)
+    log = Log()
+    run_sweep(load_sweep(path), store, reporter=log)
+    assert "sweep 'w', study 1: 4 points, 4 finished before, 0 to run" in log.lines
+    # one per pass over the study (its choice, its finished points before and after the
+    # points' run), not one per point in each pass
+    assert listings.count("run") == 3

@@ -107,6 +107,23 @@ class WeightsRuns(Protocol):
     def artifacts(self, run_id: int) -> list[dict[str, Any]]: ...
 
 
+class ListedOnce:
+    """`runs` listed once per kind: what checks `run:` weights of many stored runs in one go
+    (a sweep's points) reads, instead of one listing of the store per point."""
+
+    def __init__(self, runs: WeightsRuns) -> None:
+        self._runs = runs
+        self._listed: dict[str | None, Sequence[_Run]] = {}
+
+    def list_runs(self, kind: str | None = None) -> Sequence[_Run]:
+        if kind not in self._listed:
+            self._listed[kind] = self._runs.list_runs(kind=kind)
+        return self._listed[kind]
+
+    def artifacts(self, run_id: int) -> list[dict[str, Any]]:
+        return self._runs.artifacts(run_id)
+
+
 def weights_run_id(weights: str | None, runs: WeightsRuns) -> int | None:
     """The run `run:ID` or `run:last:NAME` weights name now (the newest finished run of
     that name); None for weights of another form, a malformed one, or no such run."""

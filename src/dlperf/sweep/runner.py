@@ -30,7 +30,7 @@ from typing import Any
 
 from dlperf import stopping
 from dlperf.config import Experiment, stored_experiment
-from dlperf.config.experiment import changed_source
+from dlperf.config.experiment import ListedOnce, WeightsRuns, changed_source
 from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
 from dlperf.paths import error_line
@@ -61,12 +61,13 @@ def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
         return None
 
 
-def run_key(run: RunRecord, free_threads: bool, store: RunStore | None = None) -> str | None:
+def run_key(run: RunRecord, free_threads: bool, store: WeightsRuns | None = None) -> str | None:
     """The point key of a stored run; None for one trained from a model file, a module beside
     it or a model.weights file with other bytes now than it recorded (`changed_source`): its
     config, hashed now, reads the files as they are now, and would pass for the point trained
     from them. With the `store`, also for one whose `run:` weights resolve to another run now
-    (run:last:NAME once a newer run of that name finished) or to another checkpoint."""
+    (run:last:NAME once a newer run of that name finished) or to another checkpoint: a
+    `ListedOnce` of it where many runs are checked."""
     if changed_source(run.config, run.system, store) is not None:
         return None
     return point_key(run.config, free_threads)
@@ -133,9 +134,10 @@ def sweep_study(
         return choose_study(store, sweep.name, "sweep", resume, new)
     wanted = set(keys)
     studies = studies_named(store, sweep.name, "sweep")
+    listed = ListedOnce(store)
     for study_id in studies:
         runs = store.list_runs(study_id=study_id)
-        if all(run_key(run, free_threads, store) in wanted for run in runs):
+        if all(run_key(run, free_threads, listed) in wanted for run in runs):
             if study_id != studies[0]:
                 reporter.log(
                     f"sweep {sweep.name!r}: resuming study {study_id}, the newest whose runs "
@@ -144,7 +146,7 @@ def sweep_study(
             return study_id
     if studies:
         runs = store.list_runs(study_id=studies[0])
-        changes = (changed_source(run.config, run.system, store) for run in runs)
+        changes = (changed_source(run.config, run.system, listed) for run in runs)
         changed = next(filter(None, changes), None)
         why = (
             f"{changed} changed since they trained"
@@ -173,8 +175,9 @@ def finished_runs(
     found: dict[str, RunRecord] = {}
     if study_id is None:
         return found
+    listed = ListedOnce(store)
     for run in store.list_runs(study_id=study_id):  # newest first
-        key = run_key(run, free_threads, store) if run.status == "finished" else None
+        key = run_key(run, free_threads, listed) if run.status == "finished" else None
         if key is not None:
             found.setdefault(key, run)
     return found
@@ -324,10 +327,11 @@ class SweepRun:
         # Its holder may have ended since without finishing it (failed, stopped, killed):
         # then nobody runs it, and it was said to be "still run".
         ended = process_alive(holder) is False
+        listed = ListedOnce(self.store)
         runs = [
             run
             for run in self.store.list_runs(study_id=self.study_id)  # newest first
-            if run_key(run, free, self.store) == key and (ended or run.status == "running")
+            if run_key(run, free, listed) == key and (ended or run.status == "running")
         ]
         run = runs[0] if runs else None
         of_run = f" (run {run.id}{f' {run.status}' if ended else ''})" if run else ""
