@@ -104,8 +104,11 @@ PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 def unit(key: str) -> str | None:
     """The unit of a (flattened) summary key's value: 's', 'B', '%', 'fraction', 'GB/s' or
-    'X/s'; None for a count or a plain number."""
-    for part in reversed(key.split(".")):
+    'X/s'; None for a count or a plain number. Each dotted part is read by its name after
+    any `/`: a tracked loop's `train/samples_per_s` is in samples/s (the prefix was read as
+    the rate's noun, `train/samples/s`) and `train/throughput` in samples/s; a `/` prefix
+    is a metric's namespace, not a parent that gives its values a unit."""
+    for part in reversed([dotted.rsplit("/", 1)[-1] for dotted in key.split(".")]):
         if part.endswith("_per_s"):
             what = part.removesuffix("_per_s").rsplit("_", 1)[-1]
             return "B/s" if what == "bytes" else f"{what}/s"

@@ -1006,7 +1006,7 @@ class Comparison:
         # text (`_apart`).
         labels = {label for label, *_ in rows}
         config = [
-            Row(cut_text(CONFIG + k if k in labels else k), _apart(v), delta(v))
+            Row(cut_text(CONFIG + k if k in labels else k), _apart(v, whole=True), delta(v))
             for k, v in self.config_diff.items()
         ]
         return config + [Row(label, values, delta(values)) for label, *values in rows]
@@ -1016,16 +1016,19 @@ class Comparison:
         return {"runs": self.run_ids, "config_diff": self.config_diff, "summary": self.summary}
 
 
-def _apart(values: list[Any]) -> list[Any]:
+def _apart(values: list[Any], whole: bool = False) -> list[Any]:
     """`values` as a table shows them, text by `name_text`: "a" and "a " read apart (a table
     pads its cells with spaces), 'a '; and so does text beside a value whose cell it reads as
     ("1" and 1, "yes" and True, "-" and None, "1, 2" and [1, 2]), '1'. A list is its cell
     (`_list_text`). A cell past CELL_CHARS is cut, saying so. Numbers that `fmt` would show
-    alike (1.00001 and 1.00002 as 1) are shown in full."""
+    alike (1.00001 and 1.00002 as 1) are shown in full; where `whole` (a config's values,
+    inputs as set), so are numbers of which one's cell would not read back as it: lr 0.050001
+    read 0.05, the default, beside 0.1."""
     typed = any(v is not None and not isinstance(v, str) for v in values)
     lists = {_list_text(v) for v in values if isinstance(v, list | tuple)}
     numbers = {v for v in values if _number(v)}  # 1 and 1.0 one value, as --where has it
-    full = len({fmt(v) for v in numbers}) < len(numbers)
+    rounded = whole and not all(map(_reads_back, numbers))
+    full = rounded or len({fmt(v) for v in numbers}) < len(numbers)
     return [
         _text_cell(v, typed, lists) if isinstance(v, str)
         else _list_text(v) if isinstance(v, list | tuple)
@@ -1033,6 +1036,11 @@ def _apart(values: list[Any]) -> list[Any]:
         else v
         for v in values
     ]  # fmt: skip
+
+
+def _reads_back(number: float) -> bool:
+    """Whether `number`'s table cell (`fmt`: 12345.6 as 12,346) reads back as it."""
+    return not math.isfinite(number) or float(fmt(number).replace(",", "")) == number
 
 
 def list_cell(value: list[Any] | tuple[Any, ...]) -> str | None:

@@ -61,6 +61,15 @@ def quantity(key: str, value: Any) -> str:
     return scaled(key, value) or fmt(value)
 
 
+def as_set(key: str, value: Any) -> str:
+    """A config value as the user set it: a float whole, as its shortest round-trip repr
+    (0.12345, 0.050001, 123456789.5), where `fmt`'s 4 significant digits showed lr 0.12345
+    and 0.12346 both as 0.1235, and 0.050001 as the default 0.05; anything else as `fmt`
+    (a list or dict as JSON, whose floats are whole too). `key` is unused: the signature is
+    `key_values`' `shown`."""
+    return repr(value) if isinstance(value, float) else fmt(value)
+
+
 def _rate(key: str) -> str | None:
     """The unit of a key whose figures a table shows without it, in its header instead: a
     rate (samples/s), which is never scaled; seconds and bytes are, so each cell says which."""
@@ -130,14 +139,16 @@ def table(
 
 def key_values(pairs: dict[str, Any], shown: Callable[[str, Any], str] | None = None) -> str:
     """A two-column table of flattened keys and their values, each shown as `shown(key,
-    value)` says (default: `fmt`) with the stored value in its title where the two differ."""
+    value)` says (default: `fmt`) with the stored value in its title where the two differ
+    (a value shown whole, `as_set`'s 0.12345, needs none)."""
     if not pairs:
         return '<p class="note">nothing stored</p>'
     rows = []
     for k, v in pairs.items():
         text = shown(k, v) if shown else fmt(v)
         raw = json.dumps(v, default=str)
-        title = f' title="{html.escape(raw, quote=True)}"' if text != fmt(v) else ""
+        told = text in (fmt(v), raw)
+        title = "" if told else f' title="{html.escape(raw, quote=True)}"'
         rows.append(f'<tr><th>{esc(k)}</th><td class="value"{title}>{html.escape(text)}</td></tr>')
     return f"<table>{''.join(rows)}</table>"
 

@@ -14,6 +14,7 @@ from dlperf.errors import UserError
 from dlperf.parsing import flatten
 from dlperf.report.site import figures as figs
 from dlperf.report.site.html import (
+    as_set,
     esc,
     figure,
     heading,
@@ -141,7 +142,8 @@ def _same(a: Any, b: Any) -> bool:
 
 def config(stored: dict[str, Any], whole: bool = False) -> str:
     """A run's config as it bears on the run: the keys set away from their defaults first,
-    the others folded away, and the keys that do not apply to it (see APPLIES_WHEN) left out.
+    the others folded away, and the keys that do not apply to it (see APPLIES_WHEN) left out;
+    each value as set (`as_set`): an input, not a measurement to round.
     A config that is not an experiment's (a scale point's, an all-reduce run's), or one
     `whole` says is not, is shown whole."""
     from dlperf.config import Experiment
@@ -149,7 +151,7 @@ def config(stored: dict[str, Any], whole: bool = False) -> str:
     flat = flatten(stored)
     defaults = flatten(Experiment().to_dict())
     if whole or not flat.keys() & defaults.keys():
-        return key_values(flat)
+        return key_values(flat, as_set)
     kept = {
         k: v for k, v in flat.items()
         if k not in APPLIES_WHEN or flat.get(APPLIES_WHEN[k][0]) == APPLIES_WHEN[k][1]
@@ -157,10 +159,11 @@ def config(stored: dict[str, Any], whole: bool = False) -> str:
     same = {k: v for k, v in kept.items() if k in defaults and _same(v, defaults[k])}
     changed = {k: v for k, v in kept.items() if k not in same}
     left_out = sorted(flat.keys() - kept.keys())
-    shown = key_values(changed) if changed else '<p class="note">every key at its default</p>'
+    shown = (key_values(changed, as_set) if changed
+             else '<p class="note">every key at its default</p>')  # fmt: skip
     if same:
         shown += (f"<details><summary>{len(same)} keys at their defaults</summary>"
-                  f"{key_values(same)}</details>")  # fmt: skip
+                  f"{key_values(same, as_set)}</details>")  # fmt: skip
     if left_out:
         shown += f'<p class="note">left out, not used by this run: {esc(", ".join(left_out))}</p>'
     return shown
