@@ -15,6 +15,7 @@ Accuracy curves are fitted as error = 1 − accuracy, so every curve here decrea
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import numbers
@@ -321,7 +322,27 @@ def as_points(steps: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(
             f"a curve's steps and values are of the same length, got {len(k)} and {len(y)}"
         )
+    # Checked here, where the steps become floats: `check_increasing` sees only the floats.
+    if (i := merged_steps(k, lambda j: _given_below(steps, j))) is not None:
+        given = _given(steps)
+        raise float64_merged(
+            f"{given[i + 1]} (point {i + 2})", k[i + 1], f"{given[i]} (point {i + 1})"
+        )
     return k, y
+
+
+def _given(steps: Any) -> Any:
+    """The steps as given, each exact (Python ints past 2**53, int64), indexed by position."""
+    return steps if isinstance(steps, (list, tuple)) else np.asarray(steps)
+
+
+def _given_below(steps: Any, i: int) -> bool:
+    """Whether step `i` as given is below step `i` + 1, compared as given, not as floats."""
+    given = _given(steps)
+    try:
+        return bool(given[i] < given[i + 1])
+    except (TypeError, ValueError, IndexError):
+        return False
 
 
 def _boolean(given: Any) -> bool:
@@ -333,16 +354,56 @@ def _boolean(given: Any) -> bool:
     return isinstance(given, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in given)
 
 
+# What NumPy and pandas read as counts of their unit: datetime64 ("M") as nanoseconds (or
+# days, ...) since 1970, timedelta64 ("m") as nanoseconds; and the scalars of dates and times.
+TIME_KINDS = ("M", "m")
+TIMES = (datetime.date, datetime.time, datetime.timedelta, np.datetime64, np.timedelta64)
+
+
+def _times(given: Any) -> bool:
+    """Whether `given` holds dates or times: an array of them (datetime64, timedelta64, a
+    DatetimeIndex or a Series of them, tz-aware too), or a list, a tuple or an object array
+    with one (pandas' Timestamp is a datetime)."""
+    kind = getattr(getattr(given, "dtype", None), "kind", None)
+    if kind in TIME_KINDS:
+        return True
+    if isinstance(given, (list, tuple)):
+        return any(isinstance(v, TIMES) for v in given)
+    return kind == "O" and any(isinstance(v, TIMES) for v in np.asarray(given, object).ravel())
+
+
+def _shown(given: Any) -> str:
+    """`given` in a one-line error: an array (a Series, an index) by its type and dtype, whose
+    repr spans lines; a list or tuple by its shortened repr."""
+    dtype = getattr(given, "dtype", None)
+    if dtype is not None:
+        return f"{type(given).__name__} of {dtype}"
+    return f"{type(given).__name__} {one_line(reprlib.repr(given))}"
+
+
 def flat_numbers(given: Any, what: str) -> np.ndarray:
     """`given`, a flat sequence of numbers, as a float array; a UserError naming `what`.
-    Booleans are refused, as a bool step or metric is: a mask was fitted as 1s and 0s."""
+    Booleans are refused, as a bool step or metric is: a mask was fitted as 1s and 0s. So are
+    dates and times: np.asarray reads datetime64 as nanoseconds since 1970 (1.58e18), and a
+    fit on them was nonsense with NumPy's warnings, where Python datetimes were refused."""
     if _boolean(given):
         raise UserError(f"{what} are numbers, not booleans, got {reprlib.repr(given)}")
+    if _times(given):
+        fix = "give each point's step (1, 2, ...)" if what == "steps" else "give numbers"
+        raise UserError(f"{what} are numbers, not dates or times, got {_shown(given)}", fix)
     try:
         array = np.asarray(given, float)
     except (TypeError, ValueError):
         raise UserError(
-            f"{what} are numbers, got {type(given).__name__} {reprlib.repr(given)}"
+            f"{what} are numbers, got {type(given).__name__} {one_line(reprlib.repr(given))}"
+        ) from None
+    except OverflowError:  # a Python int past 1.8e308: a traceback from np.asarray
+        raise UserError(
+            f"{what} hold a number past what a float holds (about 1.8e308), got "
+            f"{type(given).__name__} {one_line(reprlib.repr(given))}",
+            "subtract the same number from every step, so that the first is 1"
+            if what == "steps"
+            else "scale the values",
         ) from None
     if array.ndim != 1:
         raise UserError(f"{what} are a flat sequence of numbers, got shape {array.shape}")
@@ -371,16 +432,34 @@ def _check_csv_steps(
     i = int(bad[0])
     before, after = (one_line(texts[j].strip()) for j in (i, i + 1))
     where = f"{path}:{lines[i + 1]}"
-    if steps[i] == steps[i + 1] and _exactly_below(texts[i], texts[i + 1]):
-        raise UserError(
-            f"{where}: step {after} reads as {steps[i + 1]:.17g}, the same number as step "
-            f"{before} on line {lines[i]}: float64 cannot tell the steps apart",
-            "subtract the same number from every step, so that the first is 1",
-        )
+    if merged_steps(steps, lambda j: _exactly_below(texts[j], texts[j + 1])) == i:
+        raise float64_merged(after, steps[i + 1], f"{before} on line {lines[i]}", where)
     raise UserError(
         f"{where}: column '{one_line(x)}' must increase from row to row: step {after} follows "
         f"step {before} on line {lines[i]}",
         "give each step once, in order",
+    )
+
+
+def merged_steps(steps: np.ndarray, below: Callable[[int], bool]) -> int | None:
+    """The point whose step and the next's are the first pair of `steps` that does not
+    increase, where float64 made them one number though they were given increasing (`below`
+    compares points i and i + 1 as given); None otherwise. The one check of the CSV reader and
+    of dlperf.fit_curve: past 2**53 float64 cannot tell 9007199254740993 from 9007199254740992,
+    and steps given in order were blamed for their order, a fix that did nothing."""
+    bad = np.flatnonzero(np.diff(steps) <= 0)
+    if not bad.size:
+        return None
+    i = int(bad[0])
+    return i if steps[i] == steps[i + 1] and below(i) else None
+
+
+def float64_merged(after: str, read: float, before: str, where: str = "") -> UserError:
+    """The error for `merged_steps`' pair: step `after` read as `read`, as `before` was."""
+    return UserError(
+        f"{where + ': ' if where else ''}step {after} reads as {read:.17g}, the same number as "
+        f"step {before}: float64 cannot tell the steps apart",
+        "subtract the same number from every step, so that the first is 1",
     )
 
 
