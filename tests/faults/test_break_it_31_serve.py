@@ -254,10 +254,10 @@ def test_a_route_out_of_memory_is_507_without_a_traceback(
     """A MemoryError in a route (reading the body, parsing it): before, 500 "internal error:
     MemoryError: " and Starlette's traceback."""
 
-    def split(body: bytes, length: str | None) -> Any:
+    def infer_request(body: bytes, length: str | None) -> Any:
         raise MemoryError
 
-    monkeypatch.setattr(routes, "split", split)
+    monkeypatch.setattr(routes, "infer_request", infer_request)
     body, headers = binary_request(4)
     with running(create_app(tiny, threads=1)) as url:
         response = post(url, "/v2/models/tiny/infer", body, list(headers.items()))

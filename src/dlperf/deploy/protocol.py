@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections.abc import Iterator
 from itertools import chain
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic_core import ErrorDetails
 
 from dlperf.errors import UserError
 
@@ -45,8 +47,11 @@ JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     **{name: ((int, float), "numbers") for name in ("FP16", "FP32", "FP64")},
 }
 SHOWN_CHARS = 40  # of a wrong value, in its error
+SHOWN_DIGITS = 20  # of a header length past the body; a longer one is told by its digit count
 MODEL_VERSION = "1"
 HEADER_LENGTH = "Inference-Header-Content-Length"
+# jiter's words (pydantic's JSON parser) for a JSON value followed by more than white space.
+TRAILING = re.compile(r"trailing characters at line (\d+) column (\d+)")
 
 
 def dims(arg: Any) -> list[int]:
@@ -107,11 +112,52 @@ def parse(model: type[Parsed], text: bytes) -> Parsed:
     try:
         return model.model_validate_json(text)
     except ValidationError as e:
+        raise malformed(e.errors()[0]) from None
+
+
+def malformed(first: ErrorDetails) -> UserError:
+    where = ".".join(str(p) for p in first["loc"])
+    return UserError(f"malformed request: {where + ': ' if where else ''}{first['msg']}")
+
+
+def infer_request(body: bytes, header_length: str | None) -> tuple[InferRequest, memoryview | None]:
+    """An inference request's JSON, parsed, and its binary data (None: it has none). Bytes
+    after the JSON are binary data only where Inference-Header-Content-Length says where the
+    JSON ends: without the header (the easy mistake with a hand-written request) or with one
+    past the JSON, that is the mistake told, not the JSON parser's "trailing characters"."""
+    header, binary = split(body, header_length)
+    try:
+        return InferRequest.model_validate_json(header), binary
+    except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        end = json_end(header, first)
+        if end is None:
+            raise malformed(first) from None
+        if header_length is None:
+            raise UserError(
+                f"the body has {len(header) - end:,} bytes after its JSON; binary tensors need "
+                f"the {HEADER_LENGTH} header (the JSON's length in bytes)"
+            ) from None
         raise UserError(
-            f"malformed request: {where + ': ' if where else ''}{first['msg']}"
+            f"{HEADER_LENGTH} is {len(header)} but the JSON is {end} bytes long; it gives the "
+            "JSON's length in bytes"
         ) from None
+
+
+def json_end(text: bytes, error: ErrorDetails) -> int | None:
+    """Where the JSON value at the start of `text` ends, for a parse that failed on bytes after
+    it; None for any other failure. jiter (pydantic's parser) gives the line and column (1-based,
+    in bytes) of the first byte after the value that is not white space."""
+    found = TRAILING.fullmatch(str(error.get("ctx", {}).get("error", "")))
+    if error["type"] != "json_invalid" or found is None:
+        return None
+    start = 0
+    for _ in range(int(found[1]) - 1):
+        start = text.find(b"\n", start) + 1
+        if start == 0:
+            return None
+    # The white space between the value and that byte is after the JSON too.
+    return len(text[: start + int(found[2]) - 1].rstrip(b" \t\r\n"))
 
 
 def split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | None]:
@@ -123,9 +169,9 @@ def split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | N
     # Compared as text before int(): Python refuses to convert over 4,300 digits (a 500).
     digits = header_length.lstrip("0") or "0"
     if len(digits) > len(str(len(body))):
-        raise UserError(
-            f"{HEADER_LENGTH} is {len(digits)} digits long but the body has only {len(body)} bytes"
-        )
+        # The value itself, unless too long to show (then its digit count, in the one line).
+        said = digits if len(digits) <= SHOWN_DIGITS else f"{len(digits)} digits long"
+        raise UserError(f"{HEADER_LENGTH} is {said} but the body has only {len(body)} bytes")
     length = int(digits)
     if length > len(body):
         raise UserError(f"{HEADER_LENGTH} is {length} but the body has only {len(body)} bytes")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import unquote
 import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client.exposition import choose_encoder
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -27,10 +29,9 @@ from dlperf.deploy.protocol import (
     HEADER_LENGTH,
     MODEL_VERSION,
     IndexRequest,
-    InferRequest,
+    infer_request,
     infer_response,
     parse,
-    split,
 )
 from dlperf.deploy.serve_metrics import Metrics, Phases, Statistics
 from dlperf.deploy.served_model import ServedModel
@@ -176,17 +177,37 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         doc = {"name": model.name, "ready": batcher.running}
         return JSONResponse(doc, 200 if batcher.running else 503)
 
+    class Counted(APIRoute):
+        """A route whose every request for this model is one of the statistics' requests, a
+        success or a failure, whatever refused it: a compressed body, or a query FastAPI
+        validates before the endpoint runs (`/predict?topk=0`), as well as what the endpoint
+        refuses. Those went uncounted, and `fail` fell short of the 4xx /metrics counted. A
+        request for another model (404) is none of this one's. The endpoint finds its
+        request's phases in `request.state.phases`."""
+
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handle = super().get_route_handler()
+
+            async def counted(request: Request) -> Response:
+                if "name" in request.path_params:
+                    served(request)
+                with stats.request() as phases:
+                    request.state.phases = phases
+                    return await handle(request)
+
+            return counted
+
     async def infer_tensors(request: Request) -> Response:
+        phases: Phases = request.state.phases
         refuse_encoded(request)
-        with stats.request() as phases:
-            header, binary = split(await request.body(), header_length(request))
-            with phases.timing("compute_input"):
-                parsed = parse(InferRequest, header)
-                wanted = model.requested(parsed)
-                feeds, rows = model.tensors(parsed, binary)
-            outputs = await infer(feeds, rows, phases)
-            with phases.timing("compute_output"):
-                return infer_response(model.name, parsed.id, wanted, outputs)
+        body = await request.body()
+        with phases.timing("compute_input"):
+            parsed, binary = infer_request(body, header_length(request))
+            wanted = model.requested(parsed)
+            feeds, rows = model.tensors(parsed, binary)
+        outputs = await infer(feeds, rows, phases)
+        with phases.timing("compute_output"):
+            return infer_response(model.name, parsed.id, wanted, outputs)
 
     # The model's routes with and without /versions/{version}, each its own route (and label).
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
@@ -197,31 +218,35 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         app.add_api_route(
             f"{prefix}/stats", model_statistics, methods=["GET"], dependencies=checked
         )
-        app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], dependencies=checked)
+        # Checked by Counted, before it counts the request.
+        app.router.add_api_route(
+            f"{prefix}/infer", infer_tensors, methods=["POST"], route_class_override=Counted
+        )
 
-    @app.post("/predict")
     async def predict(
         request: Request,
         topk: int = Query(5, ge=1, description="Classes to return (classifiers)."),
         score_threshold: float = Query(0.5, ge=0, le=1, description="Detectors: lowest score."),
     ) -> dict[str, Any]:
+        phases: Phases = request.state.phases
         refuse_encoded(request)
         described = model.described("/predict")
-        with stats.request() as phases:
-            data = await image_bytes(request)
-            with phases.timing("compute_input"):
-                x, size = await asyncio.get_running_loop().run_in_executor(
-                    serving.decoder, image_array, data, described, serving.pixel_cap
-                )
-            outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
-            with phases.timing("compute_output"):
-                if described.task == "detection":
-                    found = detections(outputs, described, size, score_threshold)
-                    return {"model_name": model.name, "image_size": list(size), "detections": found}
-                logits = outputs[model.output_names[0]]
-                ranked = bool(described.probabilities)  # said once, as the server starts
-                predictions = runtime.topk(logits, topk, described.labels, ranked)[0]
-                return {"model_name": model.name, "predictions": predictions}
+        data = await image_bytes(request)
+        with phases.timing("compute_input"):
+            x, size = await asyncio.get_running_loop().run_in_executor(
+                serving.decoder, image_array, data, described, serving.pixel_cap
+            )
+        outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
+        with phases.timing("compute_output"):
+            if described.task == "detection":
+                found = detections(outputs, described, size, score_threshold)
+                return {"model_name": model.name, "image_size": list(size), "detections": found}
+            logits = outputs[model.output_names[0]]
+            ranked = bool(described.probabilities)  # said once, as the server starts
+            predictions = runtime.topk(logits, topk, described.labels, ranked)[0]
+            return {"model_name": model.name, "predictions": predictions}
+
+    app.router.add_api_route("/predict", predict, methods=["POST"], route_class_override=Counted)
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:

@@ -290,14 +290,18 @@ class ServedModel:
         return feeds, rows.pop()
 
     def requested(self, request: InferRequest) -> list[tuple[str, bool]]:
-        """(output name, as binary?) for each output to return, in the order asked."""
+        """(output name, as binary?) for each output to return, in the order asked; each once:
+        one asked for again is refused, as an input given twice is (each copy was encoded into
+        the answer: a request within the body cap drove an answer, and memory, of any size)."""
         default = request.parameters.binary_data_output
         if not request.outputs:
             return [(name, default) for name in self.output_names]
-        wanted = []
+        wanted: list[tuple[str, bool]] = []
         for out in request.outputs:
             if out.name not in self.output_names:
                 raise UserError(f"unknown output '{out.name}'; the model has {self.output_names}")
+            if any(name == out.name for name, _ in wanted):
+                raise UserError(f"output '{out.name}' is asked for twice")
             refuse_unsupported(out.parameters, f"output '{out.name}'")
             binary = out.parameters.binary_data
             wanted.append((out.name, default if binary is None else binary))
