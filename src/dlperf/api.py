@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from dlperf.store import RunStore
     from dlperf.store.query import Comparison
     from dlperf.store.record import RunRecord
+    from dlperf.store.runstore import _StoreFile
 
 
 # --- checks of what a caller passes ------------------------------------------------------
@@ -1189,14 +1190,56 @@ def track(
     of a generator that holds it), `failed` on an exception and `killed` on Ctrl-C; it then
     shows up in `dlperf runs list/show/compare` like any other run. Threads may log to it; a
     child forked inside the block may not, and its leaving the block leaves the run to the
-    parent. A block entered by hand and never left is ended as the script ends.
+    parent. A block entered by hand and never left is ended as the script ends. Each entry
+    of the object returned is a run of its own (a notebook cell run again, a block nested in
+    itself), as a new call's would be.
     """
-    block = _track(name, config, store, device)
-    if not _OPEN_BLOCKS:  # last registered, run first: before the exits dlperf registered
-        atexit.unregister(_end_open_blocks)
-        atexit.register(_end_open_blocks)
-    _OPEN_BLOCKS.add(block.gen)
-    return block
+    return _Track(name, config, store, device)
+
+
+class _Track(AbstractContextManager[TrackedRun]):
+    """`track`'s object: each entry a new `_track` block, left in the reverse order (per
+    thread, as `with` nests). It was one generator's block, which contextlib lets in once: a
+    second entry raised its AttributeError ("no attribute 'args'"), and nested, stored the
+    outer run `failed` with that error (break-it round 58, T1 C4)."""
+
+    def __init__(
+        self,
+        name: str,
+        config: Mapping[str, Any] | None,
+        store: StoreLike | None,
+        device: str | torch.device | None,
+    ) -> None:
+        self._args = (name, config, store, device)
+        # The blocks entered and not yet left, with the thread that entered each.
+        self._entered: list[tuple[int, AbstractContextManager[TrackedRun]]] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> TrackedRun:
+        block = _track(*self._args)
+        if not _OPEN_BLOCKS:  # last registered, run first: before the exits dlperf registered
+            atexit.unregister(_end_open_blocks)
+            atexit.register(_end_open_blocks)
+        _OPEN_BLOCKS.add(block.gen)
+        run = block.__enter__()
+        with self._lock:
+            self._entered.append((threading.get_ident(), block))
+        return run
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: types.TracebackType | None,
+    ) -> bool | None:
+        with self._lock:
+            # This thread's last block; one left from another thread (a generator holding it,
+            # closed by a garbage collection there) is the last entered.
+            mine = [
+                i for i, (thread, _) in enumerate(self._entered) if thread == threading.get_ident()
+            ]
+            _, block = self._entered.pop(mine[-1] if mine else -1)
+        return block.__exit__(kind, error, trace)
 
 
 # The generators of the `track` blocks not yet ended (`_end_open_blocks`), and what ended the
@@ -1332,13 +1375,15 @@ class Store:
         from dlperf.store.runstore import absolute_url
 
         self._url: str | None = None  # None: the RunStore given, written as it is
+        self._file: _StoreFile | None = None  # the SQLite file opened, checked at each read
         if isinstance(url, RunStore):
             self._store = url
             return
-        self._url = _store_url(url)
+        self._url = _store_url(url, named="url")
         self._sent = absolute_url(self._url or None)  # what `__reduce__` sends
         self._opened_in = os.getpid()
         self._store = RunStore.open(self._url or None, create=False)
+        self._file = _opened_file(self._store)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A `Store` sent to another process (a multiprocessing argument) goes as its URL and
@@ -1356,16 +1401,49 @@ class Store:
     def _read(self) -> RunStore:
         """The store to read. One that was not there when this `Store` was made is looked for
         again at each read, until it is (a `Store` made before a store's first run reads the
-        runs written since, by any process), and is then kept."""
+        runs written since, by any process), and is then kept; so is one whose file was
+        deleted, replaced or moved since, unless this `Store` wrote it (`_still_there`)."""
         from dlperf.store import RunStore
         from dlperf.store.runstore import dispose
 
+        if self._url is not None and self._file is not None and not self._file.there():
+            # Its file deleted, replaced or moved: read what is at the path now (nothing, a
+            # stand-in, until a store is made there), not the old file through the pooled
+            # connections, whose -wal and -shm a new store at the path takes over.
+            stale, self._store = self._store, RunStore.open(self._url or None, create=False)
+            self._file = _opened_file(self._store)
+            dispose(stale.engine, close=os.getpid() == self._opened_in)
         if self._url is not None and _stand_in(self._store):
             store = RunStore.open(self._url or None, create=False)
             if not _stand_in(store):
                 store, self._store = self._store, store
+                self._file = _opened_file(self._store)
             dispose(store.engine)  # the stand-in not kept: in memory, its connection open
+        self._still_there()
         return self._store
+
+    def _still_there(self) -> None:
+        """Refuse a read once the SQLite file this `Store` wrote was deleted, replaced or
+        moved (a reader reopens the path, `_read`): its pooled connections read the old file,
+        whose -wal and -shm a new store made at the path takes over, and a new, healthy store
+        there was called "damaged" (break-it round 58, T1 C6). Its writes are refused as
+        well (`RunStore._writing`)."""
+        from dlperf.store import integrity
+
+        if self._file is None or self._file.there():
+            return
+        shown = integrity.shown(self._file.path)
+        linked, now = self._file.whereabouts()
+        if linked:
+            where = f" to {integrity.shown(now)}" if now is not None else ""
+            raise StoreGone(
+                f"run store {shown} was moved{where} after this Store opened it",
+                "open a new dlperf.Store where it is now",
+            )
+        raise StoreGone(
+            f"run store {shown} was deleted or replaced after this Store opened it",
+            "open a new dlperf.Store to read what is at that path now",
+        )
 
     def _writer(self) -> RunStore:
         """The store opened to be written (made if it is not there yet, its SQLite file kept
@@ -1375,6 +1453,7 @@ class Store:
 
         if self._url is not None:
             reader, self._store = self._store, RunStore.open(self._url or None)
+            self._file = _opened_file(self._store)
             self._url = None  # opened for writing once; later writers use it as it is
             # In a forked child, only forgotten: closing would end the parent's sessions.
             dispose(reader.engine, close=os.getpid() == self._opened_in)
@@ -1490,6 +1569,14 @@ if TYPE_CHECKING:
     StoreLike: TypeAlias = Store | str | os.PathLike[str] | RunStore
 
 
+def _opened_file(store: RunStore) -> _StoreFile | None:
+    """The SQLite file `store` opened (its device and inode), None for a server's store or a
+    stand-in: a writer noted it as it opened (`RunStore._keep_file`), a reader is noted now."""
+    from dlperf.store.runstore import _StoreFile
+
+    return store._file if store._file is not None else _StoreFile.of(store.engine)
+
+
 def _stand_in(store: RunStore) -> bool:
     """Whether `store` is RunStore.open's stand-in for a store that is not there (read
     without creating it): an in-memory SQLite store, which no store a caller names is (each
@@ -1498,9 +1585,9 @@ def _stand_in(store: RunStore) -> bool:
     return url.get_backend_name() == "sqlite" and not url.database
 
 
-def _store_url(url: str | os.PathLike[str] | None) -> str:
+def _store_url(url: str | os.PathLike[str] | None, named: str = "store") -> str:
     """The store a caller names, as RunStore.open takes it: "" for the default (./dlperf.db,
-    or $DLPERF_DB)."""
+    or $DLPERF_DB). `named`: the argument that gave it, as its errors name it."""
     from dlperf.store.urls import missing_slashes
 
     path = os.fspath(url) if isinstance(url, os.PathLike) else url
@@ -1508,6 +1595,12 @@ def _store_url(url: str | os.PathLike[str] | None) -> str:
         raise UserError(
             f"a store is a path or a SQLAlchemy URL, got {as_given(url, typed=True)}",
             "e.g. 'runs.db' or 'sqlite:///runs.db'",
+        )
+    if path is not None and "\x00" in path:
+        # Only Python can pass one (argv and the environment cannot hold it): it failed as
+        # posixpath's "embedded null byte", deep inside the resolving of the path.
+        raise UserError(
+            f"{named} holds a NUL character (\\x00), which no file's path can: {as_given(path)}"
         )
     if isinstance(url, os.PathLike) and missing_slashes(path or ""):
         # A Path is a file, never a URL missing its `//` (which a str `sqlite:x.db` is taken
@@ -1568,13 +1661,24 @@ class CurveResult:
     _p: np.ndarray
     _samples: np.ndarray
     _first_step: float  # of the fit window: no step is predicted before it
+    # The curve's steps, as `dlperf converge predict` passes them: on fractional ones (epochs)
+    # the crossing itself is the answer, not the whole step past it (`curve.whole_steps`).
+    _steps: np.ndarray
 
     def predict_step(self, target: float) -> dict[str, Any]:
         """When the curve reaches `target` (in the metric's units): the step, whether it is
         reachable at all, and a 90% interval."""
         from dlperf.converge.curve import predict
 
-        p = predict(self.form, self._p, self._samples, target, self.metric, first=self._first_step)
+        p = predict(
+            self.form,
+            self._p,
+            self._samples,
+            target,
+            self.metric,
+            self._steps,
+            first=self._first_step,
+        )
         return {
             "target": target,
             "reachable": p.reachable,
@@ -1632,4 +1736,5 @@ def fit_curve(
         _p=report.params[form],
         _samples=report.samples[form],
         _first_step=fitted.first_step,
+        _steps=points.steps,
     )
