@@ -10,8 +10,10 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 import warnings
 from pathlib import Path
+from typing import Any
 
 
 def _writable_config() -> None:
@@ -86,3 +88,36 @@ def tight_layout(fig: Figure, rect: tuple[float, float, float, float] | None = N
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
         fig.tight_layout(rect=rect)
+
+
+# After matplotlib's ten colours a line changes its dashes, so 40 lines each look their own:
+# run 11 was drawn as run 1 (same colour, same solid line).
+DASHES = ("-", "--", ":", "-.")
+LOOKS = 10 * len(DASHES)
+
+
+def look(i: int) -> dict[str, Any]:
+    """The colour and line style of the `i`th line (from 0) of a figure of many."""
+    return {"color": f"C{i % 10}", "linestyle": DASHES[i // 10 % len(DASHES)]}
+
+
+def fold(text: Text, room: float) -> None:
+    """Wrap `text` (a title, an axis label) into lines of at most `room` pixels along its
+    direction: a 100-character metric key or a long run name ran off the figure. Lines break
+    at spaces where they can, else inside a word; the text itself is kept whole."""
+    whole = text.get_text()
+    text.set_parse_math(False)  # the user's text, as literal_text draws it: measured so
+
+    def length() -> float:
+        box = text.get_window_extent()
+        return box.height if round(text.get_rotation()) % 180 == 90 else box.width
+
+    chars = max((len(line) for line in whole.splitlines()), default=0)
+    while chars > 1 and length() > room:
+        chars = max(1, min(chars - 1, int(chars * room / length())))
+        lines = [
+            part
+            for line in whole.splitlines()
+            for part in textwrap.wrap(line, chars, break_on_hyphens=False) or [""]
+        ]
+        text.set_text("\n".join(lines))

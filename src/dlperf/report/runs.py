@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten, one_line, stored_as
 from dlperf.paths import save_figure
-from dlperf.report import tight_layout
+from dlperf.report import LOOKS, fold, look, tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
 from dlperf.store.query import differing_keys, setting, tracked
@@ -44,6 +44,8 @@ MAX_DRAWN = 1e307
 VALUE_CHARS = 16  # a longer value is shortened in a legend; a key never is
 MOST_KEYS = 6  # differing keys named per run; `dlperf runs compare` lists them all
 LEGEND_LINE = 72  # characters per legend line: about half the width of a figure
+NAME_CHARS = 60  # a longer run name is shortened in a legend or a title; --json keeps it
+LEGEND_PT = 7  # the legend's font size (the report raises it to its least, 9 pt)
 
 # Keys drawn from a stored accuracy as 1 - accuracy: the error curves courses ask for.
 ERRORS = {
@@ -197,21 +199,28 @@ def _short(value: Any) -> str:
     return text[: VALUE_CHARS - 1] + "…"
 
 
+def short_name(name: str) -> str:
+    """A run's name as a legend or a title shows it: on one line, its head within NAME_CHARS
+    (a 200-character name was a legend wider than the figure)."""
+    name = one_line(name)  # a name stored before U+202E was refused
+    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
+
+
 def legend_labels(runs: list[RunRecord]) -> list[str]:
-    """ "run 3: digits (train.lr=0.01, augment.cutout=8)": each run's id and name, and the
-    config keys whose values differ between the runs (MOST_KEYS of them, then how many more),
-    wrapped between keys into lines of LEGEND_LINE characters."""
+    """ "run 3: digits (train.lr=0.01, augment.cutout=8)": each run's id and (short) name, and
+    the config keys whose values differ between the runs (MOST_KEYS of them, then how many
+    more), wrapped between keys into lines of LEGEND_LINE characters (a longer key inside)."""
     flat = [flatten(r.config or {}) for r in runs]
     keys = [k for k in differing_keys(flat) if k not in UNTOLD]
     labels = []
     for run, config in zip(runs, flat, strict=True):
-        label = f"run {run.id}: {one_line(run.name)}"  # a name stored before U+202E was refused
+        label = f"run {run.id}: {short_name(run.name)}"
         if keys:
             told = [f"{k}={_short(config.get(k))}" for k in keys[:MOST_KEYS]]
             if len(keys) > MOST_KEYS:
                 told.append(f"+{len(keys) - MOST_KEYS} more")
             label += f" ({', '.join(told)})"
-        lines = textwrap.wrap(label, LEGEND_LINE, break_long_words=False, break_on_hyphens=False)
+        lines = textwrap.wrap(label, LEGEND_LINE, break_on_hyphens=False)
         labels.append("\n".join(lines))
     return labels
 
@@ -220,15 +229,19 @@ Row = tuple[int, float, float]  # step, value, wall time
 
 
 def rows_of(
-    store: RunStore, run_id: int, keys: list[str]
+    store: RunStore, run_id: int, keys: list[str], in_time: bool = False
 ) -> tuple[dict[str, list[Row]], float | None]:
     """(step, value, wall_time) rows of `keys` (an error key: 1 - its accuracy's), in step
-    order, and the wall time of the run's first metric row (the time axis' zero)."""
+    order, or `in_time` in the order they were logged (wall time, then row), and the wall
+    time of the run's first metric row (the time axis' zero). A time axis joins its points in
+    time order: in step order, a loop that went back and logged steps again drew a zigzag
+    back in time."""
     sources = {ERRORS.get(k, k) for k in keys}
+    order = (Metric.wall_time, Metric.id) if in_time else (Metric.step, Metric.id)
     query = (
         select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
         .where(Metric.run_id == run_id, Metric.key.in_(sources))
-        .order_by(Metric.key, Metric.step, Metric.id)
+        .order_by(Metric.key, *order)
     )
     first = select(func.min(Metric.wall_time)).where(Metric.run_id == run_id)
     stored: dict[str, list[Row]] = {k: [] for k in sources}
@@ -324,8 +337,9 @@ def draw_runs(
     drawn = []
     off_axis = False  # whether a run's key was left out for the axis (another one may place it)
     left_out: dict[Any, int] = {}  # points past MAX_DRAWN per subplot
+    lines: dict[str, Any] = {}  # a line of each run drawn, by its legend label
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
-        rows, origin = rows_of(store, run.id, keys)
+        rows, origin = rows_of(store, run.id, keys, in_time=x == "time")
         spe = run.summary.get("steps_per_epoch")
         by_steps = tracked(run)
         points: dict[str, int] = {}
@@ -365,8 +379,11 @@ def draw_runs(
             if note := fraction_note(run.id, key, ys):
                 warnings.append(note)
             style, marks = line_style(ys, per_epoch(key) and not by_steps)
-            ax.plot([px for px, _ in shown], ys, style, color=f"C{i % 10}", ms=3, lw=1.2,
-                    label=label, **marks)  # fmt: skip
+            if style.startswith("o"):  # the run's own dashes, not the format's
+                marks = {"marker": "o"}
+            (line,) = ax.plot([px for px, _ in shown], ys, ms=3, lw=1.2, label=label,
+                              **look(i), **marks)  # fmt: skip
+            lines.setdefault(label, line)
             points[key] = finite
         if steps_only:
             warnings.append(
@@ -380,23 +397,53 @@ def draw_runs(
         raise UserError(
             f"nothing to draw: {'; '.join(warnings)}", f"try {others}" if off_axis else None
         )
+    if len(runs) > LOOKS:
+        warnings.append(
+            f"{len(runs)} runs: from run {runs[LOOKS].id} on, a run is drawn as the run "
+            f"{LOOKS} before it is (colours and line styles for {LOOKS} runs)"
+        )
+    slot = fig.bbox.height / len(keys) * 0.85  # a subplot's share of the height
     for ax, key in zip(axes[:, 0], keys, strict=True):
-        ax.set_ylabel(ylabel(key))
+        fold(ax.set_ylabel(ylabel(key)), slot)
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-        else:
+        if not ax.lines:
             ax.text(0.5, 0.5, "no points of these runs on this axis", ha="center", va="center",
                     transform=ax.transAxes, color="0.4")  # fmt: skip
     for ax, gone in left_out.items():
         left_out_note(ax, gone)
     axes[-1, 0].set_xlabel(X_LABELS[x])
     if x == "epoch":  # shared by every subplot
-        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    title = one_line(runs[0].name) if len(runs) == 1 else f"{len(runs)} runs"
-    axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
+        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    title = short_name(runs[0].name) if len(runs) == 1 else f"{len(runs)} runs"
+    text = axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
+    fold(text, fig.bbox.width * 0.8)
+    height = fig.get_figheight()
+    under = legend_under(fig, list(lines.values()), list(lines))  # inches, the figure grown
     if fitted:
-        tight_layout(fig)
+        tight_layout(fig, rect=(0, under / fig.get_figheight(), 1, 1))
     else:
-        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.1, top=0.92, hspace=0.3, wspace=0.3)
+        grown = fig.get_figheight()
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=(0.1 * height + under) / grown,
+                            top=1 - 0.08 * height / grown, hspace=0.3, wspace=0.3)  # fmt: skip
     return fig, RunsPlot(Path(), x, keys, drawn, warnings)
+
+
+def legend_under(fig: Figure, lines: list[Any], labels: list[str]) -> float:
+    """One legend for all the subplots (a run has one look in each), under them, in as many
+    columns as fit the figure's width, the figure grown by its height; that height, in
+    inches. A legend inside each subplot ran off the figure with 25 runs or a long name."""
+    columns = len(labels)
+    while True:
+        legend = fig.legend(lines, labels, loc="outside lower center", fontsize=LEGEND_PT,
+                            ncols=columns)  # fmt: skip
+        for text in legend.get_texts():
+            text.set_parse_math(False)  # the user's text, as literal_text draws it
+        box = legend.get_window_extent()
+        if box.width <= fig.bbox.width * 0.95 or columns == 1:
+            break
+        legend.remove()
+        # The widest column sets every column's width: as many columns as it fits.
+        columns = min(columns - 1, max(1, int(columns * fig.bbox.width * 0.95 / box.width)))
+    under = box.height / fig.dpi + 0.1
+    fig.set_figheight(fig.get_figheight() + under)
+    return under

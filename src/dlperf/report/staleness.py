@@ -30,7 +30,7 @@ def draw_staleness(curves: Curves, histogram: Mapping[str, int]) -> Figure:
     right.set_xlabel("staleness (updates)")
     right.set_ylabel("gradients")
     for axis in (left.xaxis, right.xaxis, right.yaxis):  # epochs, updates and counts are whole
-        axis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     tight_layout(fig)
     return fig
 

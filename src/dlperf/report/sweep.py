@@ -12,7 +12,7 @@ from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
 from dlperf.paths import save_figure
-from dlperf.report import tight_layout
+from dlperf.report import look, tight_layout
 from dlperf.sweep.summary import mean_curves
 
 if TYPE_CHECKING:
@@ -24,7 +24,10 @@ def _label(params: dict[str, Any], skip: str | None = None) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items() if k != skip) or "all"
 
 
-def _finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str) -> Figure:
+def _finish(fig: Figure, ax: Axes, title: str, xlabel: str, ylabel: str) -> Figure:
+    """Labels, the title (every figure has one: the sweep's had none on a study page), grid
+    and legend, and margins fitted to them."""
+    ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -44,17 +47,19 @@ def draw_val_error(curves: list[dict[str, Any]]) -> Figure:
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     for i, curve in enumerate(curves):
-        color, seeds = f"C{i % 10}", curve["runs"]
+        style, seeds = look(i), curve["runs"]  # after ten colours, other dashes
+        color = style["color"]
         label = _label(curve["params"]) + (f" (mean of {seeds} seeds)" if seeds > 1 else "")
         error = [1 - a for a in curve["mean"]]
-        ax.plot(curve["epochs"], error, "o-", ms=3, color=color, label=label)
+        ax.plot(curve["epochs"], error, marker="o", ms=3, label=label, **style)
         if seeds > 1:
             low, high = [1 - a for a in curve["max"]], [1 - a for a in curve["min"]]
             ax.fill_between(curve["epochs"], low, high, color=color, alpha=0.2, lw=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    title = "validation error against epoch"
     if any(c["runs"] > 1 for c in curves):
-        ax.set_title("each point's mean over its seeds; band: the seeds' range", fontsize=9)
-    return _finish(fig, ax, "epoch", "validation error (1 - top-1)")
+        title += ": each point's mean over its seeds; band: the seeds' range"
+    return _finish(fig, ax, title, "epoch", "validation error (1 - top-1)")
 
 
 def _numeric(values: list[Any]) -> bool:
@@ -79,15 +84,15 @@ def draw_accuracy_vs_axis(axis: str, groups: list[dict[str, Any]]) -> Figure:
             x,
             y,
             yerr=err if any(err) else None,
-            fmt="o-",
+            fmt="o",
             capsize=3,
-            color=f"C{i % 10}",
             label=label,
+            **look(i),
         )
     values = [g["params"][axis] for g in groups]
     if min(values) > 0 and max(values) / min(values) >= 10:  # learning rates, say
         ax.set_xscale("log")
-    return _finish(fig, ax, axis, "final test accuracy")
+    return _finish(fig, ax, f"final test accuracy against {axis}", axis, "final test accuracy")
 
 
 def draw_time_to_target(groups: list[dict[str, Any]], target: float) -> Figure:
@@ -104,7 +109,8 @@ def draw_time_to_target(groups: list[dict[str, Any]], target: float) -> Figure:
             ax.text(0, i, " target not reached", va="center", fontsize=7)
     ax.set_yticks(list(y), labels, fontsize=7)
     ax.invert_yaxis()
-    return _finish(fig, ax, f"seconds to {target:.0%} validation accuracy", "")
+    reach = f"seconds to {target:.0%} validation accuracy"
+    return _finish(fig, ax, f"{reach} per point", reach, "")
 
 
 def draw_sweep(

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.errors import UserError
+from dlperf.report import fold
 from dlperf.report.runs import (
     MAX_DRAWN,
     default_keys,
@@ -26,6 +27,7 @@ from dlperf.report.runs import (
     line_style,
     nan_note,
     rows_of,
+    short_name,
     ylabel,
 )
 from dlperf.report.site.html import FIG_WIDTH_IN, png
@@ -73,11 +75,13 @@ def run_curves(store: RunStore, run: RunRecord) -> tuple[Figures, list[str]]:
 
 
 def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
-    """The wall time of each (step, wall time) row, in step order, and whether any row was
-    moved. Rows written to the store in one batch share the batch's time, which is when its
-    last step ended; each is placed instead between the batch before's time and its own in
-    proportion to its step (the batch's steps taken at an even pace), the first batch at the
-    second's pace. A row alone at its time keeps it."""
+    """The wall time of each (step, wall time) row, in the order they were logged (wall time,
+    then row), and whether any row was moved. Rows written to the store in one batch share
+    the batch's time, which is when its last step ended; each is placed instead between the
+    batch before's time and its own in proportion to its step (the batch's steps taken at an
+    even pace), the first batch at the second's pace; a batch whose steps do not follow the
+    one before's (a loop that went back and logged steps again), in proportion to its place
+    in the batch. A row alone at its time keeps it."""
     groups: list[list[tuple[int, float]]] = []
     for step, wall in rows:
         if groups and groups[-1][0][1] == wall:
@@ -92,8 +96,11 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
             times.append(wall)
         elif i > 0:
             before, then = ends[i - 1]
-            times += [then + (wall - then) * (s - before) / (last - before) for s, _ in group]
-        elif len(groups) > 1 and ends[1][0] > last:
+            if all(before < s <= last for s, _ in group):
+                times += [then + (wall - then) * (s - before) / (last - before) for s, _ in group]
+            else:  # steps logged again: by place, never before the batch before's time
+                times += [then + (wall - then) * (k + 1) / len(group) for k in range(len(group))]
+        elif len(groups) > 1 and ends[1][0] > last and all(s <= last for s, _ in group):
             pace = (ends[1][1] - wall) / (ends[1][0] - last)  # seconds per step
             times += [wall - pace * (last - s) for s, _ in group]
         else:  # one batch and nothing to pace it by
@@ -103,8 +110,9 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
 
 def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str, str]:
     """`keys` against the wall time since the run's first step, one subplot each, the rows of
-    a batch spread by `spread` (the x axis then says so)."""
-    rows, _ = rows_of(store, run.id, keys)
+    a batch spread by `spread` (the x axis then says so), joined in the order they were
+    logged."""
+    rows, _ = rows_of(store, run.id, keys, in_time=True)
     placed, moved = {}, False
     for key in keys:
         placed[key], spread_out = spread([(step, wall) for step, _, wall in rows[key]])
@@ -133,13 +141,15 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
         # NaNs): those get a marker, as `runs plot` gives them.
         style, marks = line_style(ys, per_epoch(key))
         ax.plot([x for x, _ in shown], ys, style, ms=3, lw=1.2, color="C0", **marks)
-        ax.set_ylabel(ylabel(key))
+        fold(ax.set_ylabel(ylabel(key)), fig.bbox.height / len(keys) * 0.85)  # a 100-char key
         ax.grid(alpha=0.3)
     axis = "wall time since the run's first logged step (s)"
     if moved:
         axis += "; steps written to the store together placed between the writes by step"
     axes[-1].set_xlabel(axis)
-    axes[0].set_title(f"{run.name}: {', '.join(keys)} against wall time", fontsize=10)
+    title = axes[0].set_title(f"{short_name(run.name)}: {', '.join(keys)} against wall time",
+                              fontsize=10)  # fmt: skip
+    fold(title, fig.bbox.width * 0.8)
     caption = f"{', '.join(keys)} against wall time"
     if moved:
         caption += (
