@@ -22,7 +22,9 @@ def _held_open(fd: int) -> TextIO:
         if null != fd:
             os.dup2(null, fd)
             os.close(null)
-    return open(os.devnull, "w", encoding="utf-8")
+    # Held for the process's life: over a descriptor it does not close, so that the collector
+    # at exit does not warn "unclosed file" (a traceback under PYTHONWARNINGS=error).
+    return open(os.open(os.devnull, os.O_WRONLY), "w", encoding="utf-8", closefd=False)
 
 
 def _raises_on_lacking(stream: io.TextIOWrapper) -> bool:

@@ -7,6 +7,7 @@ Heavy libraries (torch, torchvision, SciPy) are imported inside the commands so 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import importlib.abc
@@ -193,6 +194,7 @@ def outcome() -> int:
     line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
     were anything else to escape, a stop signal landing during its propagation could not be
     told apart from it."""
+    stream: TextIO | None = None
     try:
         documents = "--json" in sys.argv[1:]
         stream = _name_stdout(documents)
@@ -259,7 +261,19 @@ def outcome() -> int:
             return 1
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
+    finally:
+        _close_document(stream)
     return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
+
+
+def _close_document(stream: TextIO | None) -> None:
+    """Close --json's stream (`_name_stdout`): left to the collector at exit, its descriptor
+    still open, it warned "ResourceWarning: unclosed file <stdout>" under -X dev, a traceback
+    under PYTHONWARNINGS=error. The document was flushed whole (console.print_json); a flush
+    failing here is one whose write already failed and was told."""
+    if stream is not None:
+        with contextlib.suppress(OSError, ValueError):  # closed all the same (io closes on error)
+            stream.close()
 
 
 def _click_error(e: BaseException) -> int | None:

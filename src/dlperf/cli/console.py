@@ -92,16 +92,35 @@ def print_csv(rows: Iterable[Sequence[Any]], lineterminator: str = "\r\n") -> No
     `csv.writer(sys.stdout)` wrote them."""
     text = io.StringIO()
     csv.writer(text, lineterminator=lineterminator).writerows(rows)
-    _print_whole(text.getvalue())
+    _print_whole(text.getvalue(), utf8=True)
 
 
-def _print_whole(text: str) -> None:
+def _print_whole(text: str, utf8: bool = False) -> None:
     """`text` on stdout (the document's stream with --json) in a spared block: a first stop
-    signal waits for its end, a second cuts it (see `print_json`)."""
+    signal waits for its end, a second cuts it (see `print_json`). With `utf8`, a text that
+    stdout's encoding cannot hold (a layer `faltung_ä` under PYTHONIOENCODING=ascii or a C
+    locale) is written whole as UTF-8 bytes: the stream's `\\xe4` escapes altered the data."""
     stream = _documents or sys.stdout
     with stopping.spared():
+        if utf8 and not _holds(stream, text):
+            stream.flush()
+            stream.buffer.write(text.encode("utf-8"))
+            stream.buffer.flush()
+            return
         stream.write(text)
         stream.flush()
+
+
+def _holds(stream: TextIO, text: str) -> bool:
+    """Whether `stream`'s encoding writes `text` as it is; True where its bytes cannot be
+    reached (a test's StringIO)."""
+    if not hasattr(stream, "buffer"):
+        return True
+    try:
+        text.encode(stream.encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 def printed_json(as_json: bool, document: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, db_words, open_store, said_if_mistyped
 from dlperf.errors import CheckFailed, NoSuchRun
+from dlperf.formatting import as_written
 
 if TYPE_CHECKING:
     from dlperf.doctor import Finding
@@ -51,6 +53,13 @@ def doctor(
         raise CheckFailed(f"{errors} finding(s) of severity error")
 
 
+def _line(text: str) -> None:
+    """`text` on stdout as it is written: rich folds it at the width, and where stdout escapes
+    what its encoding lacks (a run's name under PYTHONIOENCODING=ascii) it measured the name
+    before the escapes widened it, so the line ran past COLUMNS."""
+    console.out.print(as_written(text, sys.stdout))
+
+
 def _print(store: RunStore, ids: list[int], findings: list[Finding], gone: list[int]) -> None:
     """The findings by run; a run deleted meanwhile (by another process) is added to `gone`."""
     by_run: dict[int, list[Finding]] = {run_id: [] for run_id in ids if run_id not in gone}
@@ -65,13 +74,13 @@ def _print(store: RunStore, ids: list[int], findings: list[Finding], gone: list[
             continue
         head = f"run {run_id} {run.name} ({run.kind}, {run.status})"
         if not found:
-            console.out.print(f"{head}: no findings")
+            _line(f"{head}: no findings")
             continue
-        console.out.print(head)
+        _line(head)
         for f in found:
-            console.out.print(f"  {f.severity:<8} {f.rule}: {f.evidence}")
-            console.out.print(f"           fix: {f.fix}")
+            _line(f"  {f.severity:<8} {f.rule}: {f.evidence}")
+            _line(f"           fix: {f.fix}")
     shown = [f for f in findings if f.run_id in by_run]
     counts = {s: sum(f.severity == s for f in shown) for s in ("error", "warning", "info")}
     tally = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
-    console.out.print(f"{len(by_run)} run(s) examined: {tally}")
+    _line(f"{len(by_run)} run(s) examined: {tally}")

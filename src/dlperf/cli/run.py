@@ -201,8 +201,10 @@ def config_show(
     """
     from dlperf.config import load_file, to_toml
 
-    # soft_wrap: data, not prose; a line wrapped at 160 columns was TOML no run could read
-    console.out.print(to_toml(*load_file(experiment, list(set_))), soft_wrap=True)
+    # soft_wrap: data, not prose; a line wrapped at 160 columns was TOML no run could read.
+    # In stdout's encoding: one that is not UTF-8 gets TOML's escapes, not the stream's.
+    text = to_toml(*load_file(experiment, list(set_)), encoding=console.out.encoding)
+    console.out.print(text, soft_wrap=True)
 
 
 @config_app.command("keys")

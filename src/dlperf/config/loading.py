@@ -589,7 +589,13 @@ def _built(
     return exp, commands
 
 
-def to_toml(exp: Experiment, commands: Commands | None = None) -> str:
+def to_toml(exp: Experiment, commands: Commands | None = None, encoding: str = "utf-8") -> str:
+    """The config as TOML, to be written in `encoding`. A TOML file is UTF-8: in any other
+    encoding (stdout under PYTHONIOENCODING=ascii, a C locale with UTF-8 mode off) each
+    non-ASCII character is TOML's own escape (`\\u00e9`), not the stream's `\\xe9`, which no
+    TOML reader takes, nor a Latin-1 byte, which is not UTF-8."""
+    import codecs
+
     import tomli_w
 
     # TOML has no null: unset optional keys are left out (they take their defaults).
@@ -599,7 +605,17 @@ def to_toml(exp: Experiment, commands: Commands | None = None) -> str:
         }
 
     tables = exp.to_dict() | (commands.model_dump(mode="json") if commands else {})
-    return tomli_w.dumps(drop_none(tables))
+    text = tomli_w.dumps(drop_none(tables))
+    if codecs.lookup(encoding).name == "utf-8":
+        return text
+    return "".join(c if c.isascii() else _toml_escape(c) for c in text)
+
+
+def _toml_escape(char: str) -> str:
+    """`char` as a TOML basic string's escape: tomli_w writes every non-ASCII character (a
+    value's, a quoted key's) inside one, never in a bare key, a literal string or a comment."""
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def describe(
