@@ -33,7 +33,7 @@ from dlperf.converge.regress import configuration
 from dlperf.converge.tables import numbers as column_numbers
 from dlperf.converge.tables import read_table
 from dlperf.errors import UserError
-from dlperf.parsing import one_line, stored_as
+from dlperf.parsing import file_name_text, one_line, stored_as
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -957,7 +957,10 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
         )
     if x is not None:
         _check_csv_steps(path, x, steps, lines, texts[x])
-    return Curve(path.name, steps, values, source=str(path), lines=lines, notes=notes[:1])
+    # Labelled with its name's text: as argv brings it in a C locale, or with bytes that are
+    # not UTF-8, a name holds surrogate escapes that no table, JSON or figure can write.
+    label = file_name_text(path.name)
+    return Curve(label, steps, values, source=str(path), lines=lines, notes=notes[:1])
 
 
 # Column names that say a CSV's rows are steps of training: without --x the row numbers are

@@ -220,8 +220,14 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
     # spared once open: a FIFO's open waits for its reader, and is no write to keep whole. An
     # OSError names `path` (`_table_file`), told as every refused write is: a file size limit
     # or a full disk exit 1 with its hint, not 2 as a mistake of the user's ("cannot write
-    # t.csv: File too large", exit 2, before round 47)
-    with _table_file(path) as target, open(target, "w", newline="") as f, stopping.spared():
+    # t.csv: File too large", exit 2, before round 47). UTF-8 whatever the locale, as every
+    # reader of it (`tables.read_text`) takes it: a C locale's ASCII made a run's non-ASCII
+    # model name a traceback, and a Latin-1 locale a table dlperf's reader refused.
+    with (
+        _table_file(path) as target,
+        open(target, "w", newline="", encoding="utf-8") as f,
+        stopping.spared(),
+    ):
         f.write(text.getvalue())
         f.flush()
 

@@ -47,6 +47,13 @@ def session(
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     model = in_memory(path)  # refused here where the memory left cannot hold its weights
+    if isinstance(model, str):
+        # ONNX Runtime takes a path as UTF-8 text only: a name holding a surrogate escape
+        # (bytes read as ASCII in a C locale, or not UTF-8) was pybind11's "incompatible
+        # constructor arguments. The following argument types are supported:", cut there.
+        from dlperf.config.base import check_utf8_name  # pydantic's import: only here
+
+        check_utf8_name("model", model)
     printed = io.StringIO()
     try:
         # ORT prints its failed first try ("EP Error ... Falling back ...") to stdout, the

@@ -527,6 +527,23 @@ def _ends(store: RunStore, run_id: int, key: str, n: int, last: bool = False) ->
 # --- --where --------------------------------------------------------------------------------
 
 
+def _undecodable(value: str, what: str) -> bool:
+    """Whether `value` holds a byte that is not UTF-8 (a surrogate escape, as Python reads one
+    from argv); refused here with the locale hint where the bytes are UTF-8 all the same,
+    read as ASCII in a C locale (`what` names the value: "runs tag note"), where retyping
+    the value cannot help."""
+    if not any("\ud800" <= c <= "\udfff" for c in value):
+        return False
+    from dlperf.config.base import LOCALE_FIX, read_as_ascii  # pydantic's import: only here
+
+    if read_as_ascii(value):
+        shown = value.encode("utf-8", "surrogateescape").decode("utf-8")
+        raise UserError(
+            f"{what}: the value is UTF-8, but Python read it as ASCII: {shown!r}", LOCALE_FIX
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class Condition:
     """One KEY=VALUE filter, the value read as --set reads it; `text` is the value as given,
@@ -553,6 +570,13 @@ class Condition:
             raise UserError(
                 f"--where {quoted(text)}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
+            )
+        # A byte that is not UTF-8 (a surrogate here) is in no stored text: such a value
+        # selected nothing without a word (`tag.note=jä` in a C locale listed no run).
+        if _undecodable(value, f"--where {clipped(key)}"):
+            raise UserError(
+                f"--where {quoted(text)}: the value holds a byte that is not UTF-8",
+                "give the value as UTF-8 text",
             )
         return cls(key, _value(value), given, typed)
 
@@ -1186,16 +1210,7 @@ def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
             )
         # An escape sequence would reach every terminal that lists the run; an undecodable
         # byte (a surrogate here) cannot be stored at all. The check a run's name has.
-        undecodable = any("\ud800" <= c <= "\udfff" for c in value)
-        if undecodable:
-            from dlperf.config.base import LOCALE_FIX, read_as_ascii  # pydantic's import
-
-            if read_as_ascii(value):  # a C locale's doing: retyping the value cannot help
-                shown = value.encode("utf-8", "surrogateescape").decode("utf-8")
-                raise UserError(
-                    f"runs tag {key}: the value is UTF-8, but Python read it as ASCII: {shown!r}",
-                    LOCALE_FIX,
-                )
+        undecodable = _undecodable(value, f"runs tag {key}")
         if has_control(value) or undecodable:
             # Named: U+200B, a format character, was called "a control character or a byte
             # that is not UTF-8".
