@@ -48,6 +48,7 @@ import tempfile
 import threading
 import types
 import unicodedata
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
@@ -62,6 +63,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
 from dlperf import stopping
+from dlperf.config.base import LOCALE_FIX
 from dlperf.errors import UserError, causes
 from dlperf.formatting import clip, few
 from dlperf.parsing import flatten, printable
@@ -593,9 +595,10 @@ def _mlflow() -> tuple[Any, Any]:
     os.environ.setdefault("DO_NOT_TRACK", "true")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", MLFLOW_RETRIES)
     try:
-        import mlflow  # noqa: F401  (the package itself first: a stale submodule proves nothing)
-        import mlflow.entities as entities
-        from mlflow.tracking import MlflowClient
+        with _third_party_deprecations_unsaid():
+            import mlflow  # noqa: F401  (the package itself first: a stale submodule proves nothing)
+            import mlflow.entities as entities
+            from mlflow.tracking import MlflowClient
     except ImportError as e:
         raise missing_extra("mlflow", e.name) from None
     for name in ("mlflow", "alembic"):
@@ -681,6 +684,19 @@ def _size_limited(uri: str, path: Path, after: str) -> FileSizeLimited:
         f"MLflow at {masked_url(uri)}: a file size limit (ulimit -f) stopped the write of "
         f"{path}: raise it{after}"
     )
+
+
+@contextlib.contextmanager
+def _third_party_deprecations_unsaid() -> Iterator[None]:
+    """Within the block (MLflow's part of an export), the deprecation warnings of MLflow and
+    the libraries under it are left unsaid, as Python's default filters leave a library's:
+    under PYTHONWARNINGS=error (or -W error) SQLAlchemy's SADeprecationWarning, as MLflow's
+    tracking store set itself up, ended the export in a 79-line traceback. Outside the block
+    the user's filters stand."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        yield
 
 
 @contextlib.contextmanager
@@ -773,7 +789,7 @@ def export_mlflow(
         }
         warnings += unheld_warning("MLflow", changed)
     try:
-        with _database_errors_told_here():
+        with _database_errors_told_here(), _third_party_deprecations_unsaid():
             # A new store's tables, then the experiment, once; a new database left half-made
             # is removed while the set-up is still held.
             with _one_setup_at_a_time(uri), _made_whole_or_removed(uri):
@@ -1112,6 +1128,22 @@ def event_dir_name(run: RunRecord) -> str:
     return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
 
+def _check_locale_holds(run: RunRecord, directory: Path) -> None:
+    """Refuse, before anything is written, a run directory whose name the file system encoding
+    cannot write: a run named in UTF-8 (café, 日本) exported in a C or POSIX locale with UTF-8
+    mode off, whose makedirs raised UnicodeEncodeError (exit 1, a traceback). Not a name made
+    ASCII instead: the same run exported in a UTF-8 locale would get a second directory."""
+    try:
+        os.fsencode(directory)
+    except UnicodeEncodeError:
+        shown = str(directory).encode("ascii", "backslashreplace").decode("ascii")
+        raise UserError(
+            f"cannot write run {run.id}'s events: {shown} is not a file name in this locale "
+            f"({sys.getfilesystemencoding()}); nothing was exported",
+            LOCALE_FIX,
+        ) from None
+
+
 def _exported_from(directory: Path) -> set[str]:
     """The ids of the stores whose runs' events earlier exports left in `directory` (none of
     those before round 28, whose files' names do not say)."""
@@ -1138,7 +1170,6 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     events kept.
     """
     runs = _runs(store, run_ids)
-    writer_class = _summary_writer()
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a directory", "move it, or give another --out")
@@ -1146,6 +1177,7 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     # failed part-way, SummaryWriter's makedirs raising FileExistsError (exit 1).
     for run in runs:
         directory = out / event_dir_name(run)
+        _check_locale_holds(run, directory)
         if directory.exists() and not directory.is_dir():
             raise UserError(
                 f"cannot write run {run.id}'s events: {directory} is a file, not a directory; "
@@ -1161,6 +1193,8 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
                 "give each store its own --out (tensorboard --logdir takes their parent), "
                 f"or remove {directory} to replace it",
             )
+    # After the checks: TensorBoard's writer imports torch (seconds), which a refusal need not.
+    writer_class = _summary_writer()
     exported: dict[str, Any] = {}
     warnings: list[str] = []
     found: dict[int, Unheld] = {}
@@ -1217,7 +1251,9 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
         with stopping.shielded():  # a second Ctrl-C must not cut the cleanup short
             shutil.rmtree(staging, ignore_errors=True)
             for directory in reversed(made):
-                with contextlib.suppress(OSError):  # not empty: something else is in it
+                # Not empty (something else is in it), or a name the file system encoding
+                # cannot write (ValueError): the export's own failure is what is raised.
+                with contextlib.suppress(OSError, ValueError):
                     directory.rmdir()
         raise
     warnings += unheld_warning("TensorBoard (32-bit floats)", found)
