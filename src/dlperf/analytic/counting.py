@@ -1830,7 +1830,9 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
     a fake impl is NoFakeImpl (all counted on real tensors by `analyze_module`)."""
     _RAISED_INSIDE.error = None
     try:
-        with _distributions_unchecked():
+        with _distributions_unchecked(), warnings.catch_warnings():
+            # what makes one is refused below, with its own line
+            warnings.filterwarnings("ignore", NESTED_PROTOTYPE, UserWarning)
             return model(x)
     except Exception as e:
         if isinstance(e, NeedsRealTensors):  # raised by the counting mode itself (autocast)
@@ -1839,6 +1841,13 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             refuse_too_deep(model)
         if out_of_memory(e):  # the machine's (a memory limit), not the input's: said as such
             raise
+        if "NestedTensorImpl" in error_text(e):  # torch's assertion (meta) or sizes (CPU)
+            raise UserError(
+                f"the model's forward makes a nested tensor (torch.nested.nested_tensor), "
+                f"which {command} cannot count: torch gives one of the default (strided) "
+                "layout no meta device and no sizes",
+                f"make it with layout=torch.jagged, which {command} counts",
+            ) from None
         kind, first = error_line(e)
         said = f"{kind}: {first}"
         if x.is_meta and _AUTOCAST_ON_META in first:
@@ -1913,6 +1922,11 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             )
         raise UserError(f"the model rejects input {list(x.shape)}: {said}", fix) from None
 
+
+NESTED_PROTOTYPE = re.escape("The PyTorch API of nested tensors is in prototype stage")
+"""The start of torch's UserWarning as a nested tensor of the default (strided) layout is made
+(torch.nested.nested_tensor): of torch's API, not the user's code, where dlperf refuses the
+tensor in its own line (analyze cannot count it; run and export take dense scores only)."""
 
 _AUTOCAST_ON_META = "unsupported autocast device_type 'meta'"
 """torch's words for `torch.autocast(x.device.type, ...)` entered with a meta input."""

@@ -38,6 +38,7 @@ from dlperf.deploy.runtime import exported_batch, run_onnx
 from dlperf.engine.checks import (
     BEFORE_SOFTMAX,
     PROBABILITIES,
+    check_dense,
     check_float,
     dry_forward,
     probabilities,
@@ -139,6 +140,7 @@ def from_registry(
             "classifier returns one tensor of scores, shape [batch, classes]",
             "return the class scores alone",
         )
+    check_dense(output, f"model '{name}' returns", EXPORTED_SCORES)
     unused = None
     if from_user and num_classes is not None:
         width = output.shape[-1] if output.dim() >= 2 else None
@@ -313,6 +315,10 @@ def _bfloat16_ops(proto: Any) -> list[str]:
     return ops
 
 
+EXPORTED_SCORES = "an exported classifier's scores, one dense tensor of shape [batch, classes]"
+"""What an exported model is to return, in a refusal of scores of another layout."""
+
+
 def check_scores(output: object, name: str, batch: int) -> torch.Tensor:
     """What model `name` returned in eval mode for `batch` images must be what `dlperf infer`
     and `dlperf serve` rank as probabilities: one tensor of float scores, a row per image, on
@@ -325,6 +331,7 @@ def check_scores(output: object, name: str, batch: int) -> torch.Tensor:
             "returns one tensor of scores, shape [batch, classes]",
             "return the class scores alone",
         )
+    check_dense(output, returns, EXPORTED_SCORES)  # before its shape is read
     if output.dim() == 0:  # no row per image: nothing for `dlperf infer` to rank
         raise UserError(
             f"{returns} a single number (shape []); an exported classifier returns one "

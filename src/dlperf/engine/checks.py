@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from dlperf.analytic.counting import (
+    NESTED_PROTOTYPE,
     UNFED_HOOK,
     backward_hint,
     refuse_more_than_one,
@@ -321,6 +322,8 @@ def _dry_forward(
             # torch.utils.checkpoint (reentrant) warns of an input without gradients, as
             # none has any here: the training steps, with gradients, are what it is for
             warnings.filterwarnings("ignore", NO_GRAD_INPUTS, UserWarning)
+            # torch's of the API: scores of a nested tensor are refused in their own line
+            warnings.filterwarnings("ignore", NESTED_PROTOTYPE, UserWarning)
             return model(zeros)
     except Grown:  # it returned, and grew: its own line
         raise
@@ -908,6 +911,7 @@ def check_classifier(
             "return the class scores alone (torchvision's googlenet and inception_v3: "
             "model.kwargs.aux_logits = false)",
         )
+    check_dense(output, returns, size)
     expected_device = next((p.device for p in model.parameters()), output.device)
     if output.device != expected_device:  # before anything reads its values
         raise UserError(
@@ -928,6 +932,24 @@ def check_classifier(
     if refused is not None:
         raise refused
     return output
+
+
+def check_dense(output: torch.Tensor, returns: str, expected: str) -> None:
+    """Refuse scores (`output`, which "model X `returns`") that are a tensor but not a dense
+    one, `expected` instead: a sparse one (y.to_sparse()) or a nested one (torch.nested) has no
+    shape to check, and torch refused the first reading of its values or its sizes in a
+    traceback. Said before anything reads them; run's dry check and export's say it alike."""
+    if output.is_nested:  # a jagged one's layout is torch.jagged, an older one's strided
+        raise UserError(
+            f"{returns} a nested tensor (torch.nested); expected {expected}",
+            "return one dense tensor, a row of scores per image (torch.stack of the rows, "
+            "or y.to_padded_tensor(0.0))",
+        )
+    if output.layout != torch.strided:  # sparse (COO, CSR, ...) or a oneDNN (mkldnn) tensor
+        raise UserError(
+            f"{returns} a tensor of layout {output.layout}; expected {expected}",
+            "return them dense: y.to_dense()",
+        )
 
 
 def check_float(output: torch.Tensor, returns: str) -> None:
