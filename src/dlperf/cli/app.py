@@ -44,6 +44,15 @@ def _restore_help(group: typer.Typer) -> None:
             _restore_help(sub.typer_instance)
 
 
+class PathText(TyperPath):
+    """The type of a path option kept as text, where a Path would change what was given
+    (Path('') is '.', which wrote into the current directory): a path all the same, whose ~
+    `_expand_home` expands."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        return value
+
+
 def _home_first(convert: Any, value: Any, param: Any, ctx: Any) -> Any:
     return convert(os.path.expanduser(value) if isinstance(value, str) else value, param, ctx)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, db_words, open_store
+from dlperf.cli.app import Json, PathText, app, db_words, open_store
 from dlperf.errors import UserError
 from dlperf.parsing import one_line
 
@@ -21,8 +21,11 @@ def report(
         [], "--study", metavar="ID", help="A study and every run of it (repeatable)."
     ),
     last: int = typer.Option(None, "--last", metavar="N", help="The newest N runs."),
-    # Text, not a Path: Path('') is '.', which wrote the site into the current directory.
-    out_text: str = typer.Option(..., "--out", metavar="DIR", help="Directory of the site."),
+    # Text, not a Path: Path('') is '.', which wrote the site into the current directory
+    # (a path all the same, its ~ expanded: PathText).
+    out_text: str = typer.Option(
+        ..., "--out", metavar="DIR", help="Directory of the site.", click_type=PathText()
+    ),
     as_json: Json = False,
 ) -> None:
     """Write a static HTML report that opens offline: DIR/index.html, one page per run

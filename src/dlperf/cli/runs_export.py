@@ -8,7 +8,7 @@ import typer
 
 from dlperf import stopping
 from dlperf.cli import console
-from dlperf.cli.app import Json, open_store
+from dlperf.cli.app import Json, PathText, open_store
 from dlperf.cli.runs import runs_app
 from dlperf.errors import UserError
 from dlperf.parsing import not_blank
@@ -29,7 +29,10 @@ def runs_export(
     ),
     # Text, not a Path: Path('') is '.', which wrote the event files into the current directory.
     out: str = typer.Option(
-        None, "--out", help="Directory for the event files (one per run) for --to tensorboard."
+        None,
+        "--out",
+        help="Directory for the event files (one per run) for --to tensorboard.",
+        click_type=PathText(),
     ),
     experiment: str = typer.Option("dlperf", "--experiment", help="MLflow experiment name."),
     as_json: Json = False,

@@ -652,6 +652,14 @@ class RunConfig(Section):
     """Steps between metric flushes to the store (and loss finiteness checks)."""
     out_dir: str = "dlperf_runs"
     """Directory for checkpoints and other run artifacts."""
+
+    @field_validator("out_dir")
+    @classmethod
+    def _home(cls, out_dir: str) -> str:
+        # A leading ~ is the home directory, as in data.root (which see): the checkpoints of
+        # --set run.out_dir=~/od went into a folder named ~ in the working directory.
+        return os.path.expanduser(out_dir)
+
     checkpoint: bool = True
     """Save a checkpoint at the end of every epoch (needed for --resume)."""
     profile: ProfileConfig = ProfileConfig()

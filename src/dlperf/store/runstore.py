@@ -131,6 +131,11 @@ WAL_FILES = ("-wal", "-shm")
 # rollback mode, then switched to WAL) has while its schema is made. (A super-journal,
 # NAME-mjXXXXXXXXX, is written only by a transaction over attached stores: dlperf makes none.)
 SIDE_FILES = ("-journal", *WAL_FILES)
+# The longest full path of a store SQLite opens: its unix VFS's mxPathname (MAX_PATHNAME, 512)
+# less the 8 bytes of "-journal", which its pager must be able to add before it opens a store
+# (even one in WAL mode, or read-only). A store's path is made absolute and its links
+# resolved first, as SQLite does, so neither a relative name nor a link is shorter.
+SQLITE_MAX_PATH = 512 - len("-journal")
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
 # query_canceled: a statement that ran past statement_timeout, or one a session cancelled
 # (pg_cancel_backend).
@@ -586,6 +591,7 @@ def _store_path(path: str | None, name: str, example: str = "--db {}") -> Path:
             f"the store {shown(path)} is a symbolic link to {shown(where)}",
         )
     _room_beside(where, name)
+    _within_sqlite_limit(where, name)
     return where
 
 
@@ -609,6 +615,19 @@ def _room_beside(where: Path, name: str) -> None:
             f"run store {name}: its file name is {length} bytes, too long for the {files} files "
             f"SQLite writes beside it (at most {room} bytes)",
             "give a shorter name",
+        )
+
+
+def _within_sqlite_limit(where: Path, name: str) -> None:
+    """Refuse a store whose full path `where` is longer than SQLite opens (`SQLITE_MAX_PATH`),
+    which said only "unable to open database file" and blamed its directory's permissions."""
+    length = len(os.fsencode(where))
+    if length > SQLITE_MAX_PATH:
+        raise UserError(
+            f"run store {name}: its full path is {length} bytes, longer than the "
+            f"{SQLITE_MAX_PATH} SQLite can open",
+            "keep the store in a folder of a shorter path (SQLite reads a symbolic link or a "
+            "relative path by its full path too)",
         )
 
 
