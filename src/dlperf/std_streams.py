@@ -5,6 +5,7 @@ mode off). `settle_std_streams` makes both writable before anything is printed."
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
 import os
 import sys
@@ -63,3 +64,25 @@ def unread(stream: object) -> bool:
         return False
     poller.register(fd, select.POLLOUT)
     return not poller.poll(0)
+
+
+def holds(stream: TextIO, text: str) -> bool:
+    """Whether `stream`'s encoding writes `text` as it is; True where its bytes cannot be
+    reached (a test's StringIO)."""
+    if not hasattr(stream, "buffer"):
+        return True
+    try:
+        text.encode(stream.encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def close_document(stream: TextIO | None) -> None:
+    """Close --json's stream (the CLI's `_name_stdout`): left to the collector at exit, its
+    descriptor still open, it warned "ResourceWarning: unclosed file <stdout>" under -X dev, a
+    traceback under PYTHONWARNINGS=error. The document was flushed whole
+    (console.print_json); a flush failing here is one whose write already failed and was told."""
+    if stream is not None:
+        with contextlib.suppress(OSError, ValueError):  # closed all the same (io closes on error)
+            stream.close()

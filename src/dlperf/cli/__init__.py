@@ -7,7 +7,6 @@ Heavy libraries (torch, torchvision, SciPy) are imported inside the commands so 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import importlib
 import importlib.abc
@@ -39,6 +38,7 @@ from dlperf.errors import (
 )
 from dlperf.parsing import one_line
 from dlperf.paths import told, unnamed_cwd, writing
+from dlperf.std_streams import close_document
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -262,18 +262,8 @@ def outcome() -> int:
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
     finally:
-        _close_document(stream)
+        close_document(stream)
     return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
-
-
-def _close_document(stream: TextIO | None) -> None:
-    """Close --json's stream (`_name_stdout`): left to the collector at exit, its descriptor
-    still open, it warned "ResourceWarning: unclosed file <stdout>" under -X dev, a traceback
-    under PYTHONWARNINGS=error. The document was flushed whole (console.print_json); a flush
-    failing here is one whose write already failed and was told."""
-    if stream is not None:
-        with contextlib.suppress(OSError, ValueError):  # closed all the same (io closes on error)
-            stream.close()
 
 
 def _click_error(e: BaseException) -> int | None:

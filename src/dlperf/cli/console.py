@@ -25,7 +25,7 @@ from dlperf import stopping
 from dlperf.cli.stderr import Stderr
 from dlperf.formatting import as_written, fmt
 from dlperf.parsing import finite_json, one_line
-from dlperf.std_streams import settle_std_streams
+from dlperf.std_streams import holds, settle_std_streams
 
 if TYPE_CHECKING:
     from dlperf.table import Table as DataTable
@@ -102,25 +102,13 @@ def _print_whole(text: str, utf8: bool = False) -> None:
     locale) is written whole as UTF-8 bytes: the stream's `\\xe4` escapes altered the data."""
     stream = _documents or sys.stdout
     with stopping.spared():
-        if utf8 and not _holds(stream, text):
+        if utf8 and not holds(stream, text):
             stream.flush()
             stream.buffer.write(text.encode("utf-8"))
             stream.buffer.flush()
             return
         stream.write(text)
         stream.flush()
-
-
-def _holds(stream: TextIO, text: str) -> bool:
-    """Whether `stream`'s encoding writes `text` as it is; True where its bytes cannot be
-    reached (a test's StringIO)."""
-    if not hasattr(stream, "buffer"):
-        return True
-    try:
-        text.encode(stream.encoding)
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True
 
 
 def printed_json(as_json: bool, document: Any) -> bool:
