@@ -137,20 +137,20 @@ def drawable(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
     return [(x, y) for x, y in zip(xs, ys, strict=True) if not abs(y) > MAX_DRAWN]
 
 
-def line_style(ys: list[float], marked: bool) -> tuple[str, dict[str, Any]]:
-    """The format and extra keywords of `ax.plot` for a line of the values `ys`: "o-" where
-    every point is `marked` (per-epoch keys), else a plain line whose finite values with no
-    finite neighbour get a marker: a line draws nothing of a point alone (one point, or one
-    between NaNs, which break a line)."""
+def line_style(ys: list[float], marked: bool) -> dict[str, Any]:
+    """The markers of a line of the values `ys` (keywords of `ax.plot`; the line's own colour
+    and dashes are the caller's): one on every point where each is `marked` (per-epoch keys),
+    else on the finite values with no finite neighbour alone: a line draws nothing of a point
+    alone (one point, or one between NaNs, which break a line)."""
     if marked:
-        return "o-", {}
+        return {"marker": "o"}
     finite = [math.isfinite(y) for y in ys]
     alone = [
         i
         for i, ok in enumerate(finite)
         if ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(ys) and finite[i + 1])
     ]
-    return "-", ({"marker": "o", "markevery": alone} if alone else {})
+    return {"marker": "o", "markevery": alone} if alone else {}
 
 
 def nan_note(count: int, what: str = "value") -> str:
@@ -378,9 +378,7 @@ def draw_runs(
                 continue
             if note := fraction_note(run.id, key, ys):
                 warnings.append(note)
-            style, marks = line_style(ys, per_epoch(key) and not by_steps)
-            if style.startswith("o"):  # the run's own dashes, not the format's
-                marks = {"marker": "o"}
+            marks = line_style(ys, per_epoch(key) and not by_steps)
             (line,) = ax.plot([px for px, _ in shown], ys, ms=3, lw=1.2, label=label,
                               **look(i), **marks)  # fmt: skip
             lines.setdefault(label, line)

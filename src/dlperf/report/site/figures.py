@@ -139,8 +139,8 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
                     va="center", fontsize=9, color="0.4")  # fmt: skip
         # A line draws nothing of a point with no finite neighbour (one point, or one between
         # NaNs): those get a marker, as `runs plot` gives them.
-        style, marks = line_style(ys, per_epoch(key))
-        ax.plot([x for x, _ in shown], ys, style, ms=3, lw=1.2, color="C0", **marks)
+        marks = line_style(ys, per_epoch(key))
+        ax.plot([x for x, _ in shown], ys, "-", ms=3, lw=1.2, color="C0", **marks)
         fold(ax.set_ylabel(ylabel(key)), fig.bbox.height / len(keys) * 0.85)  # a 100-char key
         ax.grid(alpha=0.3)
     axis = "wall time since the run's first logged step (s)"
