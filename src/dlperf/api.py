@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from dlperf.store import RunStore
     from dlperf.store.query import Comparison
     from dlperf.store.record import RunRecord
-    from dlperf.store.runstore import _StoreFile
+    from dlperf.store.runstore import StoreFile
 
 
 # --- checks of what a caller passes ------------------------------------------------------
@@ -1375,7 +1375,7 @@ class Store:
         from dlperf.store.runstore import absolute_url
 
         self._url: str | None = None  # None: the RunStore given, written as it is
-        self._file: _StoreFile | None = None  # the SQLite file opened, checked at each read
+        self._file: StoreFile | None = None  # the SQLite file opened, checked at each read
         if isinstance(url, RunStore):
             self._store = url
             return
@@ -1383,7 +1383,7 @@ class Store:
         self._sent = absolute_url(self._url or None)  # what `__reduce__` sends
         self._opened_in = os.getpid()
         self._store = RunStore.open(self._url or None, create=False)
-        self._file = _opened_file(self._store)
+        self._file = self._store.opened_file()
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A `Store` sent to another process (a multiprocessing argument) goes as its URL and
@@ -1411,13 +1411,13 @@ class Store:
             # stand-in, until a store is made there), not the old file through the pooled
             # connections, whose -wal and -shm a new store at the path takes over.
             stale, self._store = self._store, RunStore.open(self._url or None, create=False)
-            self._file = _opened_file(self._store)
+            self._file = self._store.opened_file()
             dispose(stale.engine, close=os.getpid() == self._opened_in)
         if self._url is not None and _stand_in(self._store):
             store = RunStore.open(self._url or None, create=False)
             if not _stand_in(store):
                 store, self._store = self._store, store
-                self._file = _opened_file(self._store)
+                self._file = self._store.opened_file()
             dispose(store.engine)  # the stand-in not kept: in memory, its connection open
         self._still_there()
         return self._store
@@ -1453,7 +1453,7 @@ class Store:
 
         if self._url is not None:
             reader, self._store = self._store, RunStore.open(self._url or None)
-            self._file = _opened_file(self._store)
+            self._file = self._store.opened_file()
             self._url = None  # opened for writing once; later writers use it as it is
             # In a forked child, only forgotten: closing would end the parent's sessions.
             dispose(reader.engine, close=os.getpid() == self._opened_in)
@@ -1567,14 +1567,6 @@ if TYPE_CHECKING:
     # What a function's `store` takes: a `Store`, a SQLAlchemy URL or a SQLite file's path,
     # or an open `RunStore`.
     StoreLike: TypeAlias = Store | str | os.PathLike[str] | RunStore
-
-
-def _opened_file(store: RunStore) -> _StoreFile | None:
-    """The SQLite file `store` opened (its device and inode), None for a server's store or a
-    stand-in: a writer noted it as it opened (`RunStore._keep_file`), a reader is noted now."""
-    from dlperf.store.runstore import _StoreFile
-
-    return store._file if store._file is not None else _StoreFile.of(store.engine)
 
 
 def _stand_in(store: RunStore) -> bool:

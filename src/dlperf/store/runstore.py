@@ -1296,7 +1296,7 @@ _quiet_pool_stops()
 
 
 @dataclass(frozen=True)
-class _StoreFile:
+class StoreFile:
     """A SQLite store's file as it was opened, to tell at each write whether it is still
     there: SQLite goes on writing a file deleted under it (into its inode, which nobody can
     open again), and a command would end "finished" with its runs kept nowhere."""
@@ -1306,7 +1306,7 @@ class _StoreFile:
     inode: int
 
     @classmethod
-    def of(cls, engine: Engine) -> _StoreFile | None:
+    def of(cls, engine: Engine) -> StoreFile | None:
         path = integrity.store_file(engine)
         if path is None or not path.is_file():
             return None
@@ -1970,7 +1970,7 @@ class RunStore:
         # that is not there (`_empty`) says which store, and that it is not there.
         self._unwritable: tuple[str, str] | None = None
         self._writer = engine.execution_options(**{WRITES: True})
-        self._file: _StoreFile | None = None
+        self._file: StoreFile | None = None
         # A server store's place (`_server_place`), for a writer: a SQLite store's is its file.
         self._server: str | None = None
         self._keeper: sqlite3.Connection | None = None
@@ -2124,11 +2124,16 @@ class RunStore:
             _close_at_exit(engine)
         return store
 
+    def opened_file(self) -> StoreFile | None:
+        """The SQLite file this store opened (its device and inode), None for a server's store
+        or a stand-in: a writer noted it as it opened (`_keep_file`), a reader is noted now."""
+        return self._file if self._file is not None else StoreFile.of(self.engine)
+
     def _keep_file(self) -> None:
         """Note the store's file and hold one connection to it of our own: if the file is
         deleted while this process writes it, that connection still reads everything the
         store held (its pages and its WAL stay open), and `_rescue` copies it out."""
-        self._file = _StoreFile.of(self.engine)
+        self._file = StoreFile.of(self.engine)
         if self._file is None:
             return
         keeper = sqlite3.connect(self._file.path, check_same_thread=False)
