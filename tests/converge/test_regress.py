@@ -94,3 +94,29 @@ def test_cli_regress_on_csv_curves(cli: Callable[..., Any], tmp_path: Path) -> N
     assert r.code == 0, r.err
     unused = "the steps are the row numbers 1..40; column 'step' (10 to 400) is not used"
     assert " ".join(r.err.split()).count(unused) == len(sources), r.err  # wrapped lines
+
+
+def test_cli_regress_expands_a_quoted_home(
+    cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source given as '~/x.csv:depth=20' (quoted, so the shell left the ~) is read from the
+    home folder, as every other path is; it was refused as missing, by its literal name."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    k = np.arange(1.0, 41.0) * 10
+    sources = []
+    for depth in (20, 32, 44, 56):
+        b = betas(depth)
+        loss = 1.0 / (b[0] * k + b[1]) + b[2]
+        lines = [f"{s:g},{float(v)!r}\n" for s, v in zip(k, loss, strict=True)]
+        (tmp_path / f"r{depth}.csv").write_text("step,loss\n" + "".join(lines))
+        sources.append(f"~/r{depth}.csv:depth={depth}")
+    r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y", "loss",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [run["source"] for run in doc["runs"]] == [f"r{d}.csv" for d in (20, 32, 44, 56)]
+    assert doc["coef"]["beta0"] == pytest.approx([-3.0, -0.02], rel=1e-6)
+    # The same file, once through ~ and once by its full path, is one curve given twice.
+    r = cli("converge", "regress", "~/r20.csv:depth=20", f"{tmp_path}/r20.csv:depth=32",
+            "--features", "depth", "--y", "loss")  # fmt: skip
+    assert r.code == 2 and "again" in r.err, r.err

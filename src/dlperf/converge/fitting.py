@@ -477,14 +477,16 @@ def split_source(source: str) -> tuple[str, str]:
     """A CSV source PATH:feature=value,... as (PATH, its features' text). Split at the last ':'
     whose left side is an existing file, so a path holding ':' (a timestamped log, 12:30.csv)
     is read whole and a feature's value may hold one; when no such file exists, at the last
-    ':' followed by NAME=VALUE text (the path is then refused as missing, by its name)."""
+    ':' followed by NAME=VALUE text (the path is then refused as missing, by its name). A
+    leading ~ is the home folder, as in every other path: quoted, the shell left it."""
     colons = [i for i, ch in enumerate(source) if ch == ":"]
     for i in reversed(colons):
-        if Path(source[:i]).is_file():
-            return source[:i], source[i + 1 :]
-    if colons and not Path(source).is_file() and "=" in source[colons[-1] :]:
-        return source[: colons[-1]], source[colons[-1] + 1 :]
-    return source, ""
+        if Path(path := os.path.expanduser(source[:i])).is_file():
+            return path, source[i + 1 :]
+    whole = os.path.expanduser(source)
+    if colons and not Path(whole).is_file() and "=" in source[colons[-1] :]:
+        return os.path.expanduser(source[: colons[-1]]), source[colons[-1] + 1 :]
+    return whole, ""
 
 
 def _curve_of(source: str) -> tuple[str, Any]:
