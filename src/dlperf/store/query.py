@@ -527,11 +527,11 @@ def _ends(store: RunStore, run_id: int, key: str, n: int, last: bool = False) ->
 # --- --where --------------------------------------------------------------------------------
 
 
-def _undecodable(value: str, what: str) -> bool:
+def _undecodable(value: str, what: str, part: str = "value") -> bool:
     """Whether `value` holds a byte that is not UTF-8 (a surrogate escape, as Python reads one
     from argv); refused here with the locale hint where the bytes are UTF-8 all the same,
-    read as ASCII in a C locale (`what` names the value: "runs tag note"), where retyping
-    the value cannot help."""
+    read as ASCII in a C locale (`what` names where: "runs tag note"; `part` which text: its
+    "value" or its "key"), where retyping it cannot help."""
     if not any("\ud800" <= c <= "\udfff" for c in value):
         return False
     from dlperf.config.base import LOCALE_FIX, read_as_ascii  # pydantic's import: only here
@@ -539,7 +539,7 @@ def _undecodable(value: str, what: str) -> bool:
     if read_as_ascii(value):
         shown = value.encode("utf-8", "surrogateescape").decode("utf-8")
         raise UserError(
-            f"{what}: the value is UTF-8, but Python read it as ASCII: {shown!r}", LOCALE_FIX
+            f"{what}: the {part} is UTF-8, but Python read it as ASCII: {shown!r}", LOCALE_FIX
         )
     return True
 
@@ -577,6 +577,12 @@ class Condition:
             raise UserError(
                 f"--where {quoted(text)}: the value holds a byte that is not UTF-8",
                 "give the value as UTF-8 text",
+            )
+        # A config key (TOML's keys may be any text) typed so was refused as no run's key.
+        if _undecodable(key, "--where", "key"):
+            raise UserError(
+                f"--where {quoted(text)}: the key holds a byte that is not UTF-8",
+                "give the key as UTF-8 text",
             )
         return cls(key, _value(value), given, typed)
 

@@ -1,0 +1,36 @@
+"""Round 59's Left items mended before round 60.
+
+A non-ASCII `--where` KEY (a config key TOML allows, `runs list --where 'model.größe=3'`)
+typed under a C locale reached the store as surrogate escapes and was refused as a key no run
+holds; the value had the locale hint since round 59, and now the key has it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from dlperf.config.base import LOCALE_FIX
+from dlperf.store.runstore import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_break_it_59_locale import as_ascii_reads
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+
+
+def test_where_key_read_as_ascii_is_told_to_change_the_locale(cli: Cli, store: RunStore) -> None:
+    run_id = store.create_run("r", "run", {"model": {"größe": 3}})
+    listed = cli("runs", "list", "--where", "model.größe=3", "--json")  # read as UTF-8
+    assert [run["id"] for run in json.loads(listed.out)] == [run_id]
+    done = cli("runs", "list", "--where", f"{as_ascii_reads('model.größe')}=3", "--json")
+    one_line(done, 2, "--where: the key is UTF-8, but Python read it as ASCII: 'model.größe'")
+    assert LOCALE_FIX in done.err
+    assert done.out == ""
+
+
+def test_where_key_not_utf8_is_refused_not_unknown(cli: Cli, store: RunStore) -> None:
+    store.create_run("r", "run", {})
+    done = cli("runs", "list", "--where", "caf\udce9=1", "--json")  # latin-1's é
+    one_line(done, 2, "--where 'caf\\udce9=1': the key holds a byte that is not UTF-8")
+    assert done.out == ""
