@@ -103,6 +103,26 @@ def finite_json(value: Any) -> Any:
     return value
 
 
+def readable_json(value: Any) -> Any:
+    """`finite_json(value)` with each text holding bytes Python could not decode (surrogate
+    escapes: a file name read as ASCII in a C locale) as the UTF-8 text it is, U+FFFD for
+    bytes that are not UTF-8: `--json` wrote such a name as "\\udcc3\\udca4", no text a
+    reader can use (strict JSON parsers refuse a lone surrogate)."""
+    return _decoded(finite_json(value))
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, str):
+        if any("\ud800" <= c <= "\udfff" for c in value):
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return value
+    if isinstance(value, dict):
+        return {_decoded(k): _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
 def file_name_text(name: str) -> str:
     """A file name as a name that can be stored and shown: bytes that are not UTF-8 (kept by
     the file system as surrogates) replaced (U+FFFD), control characters and line breaks

@@ -8,12 +8,16 @@ holds; the value had the locale hint since round 59, and now the key has it too.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from pathlib import Path
+
+from PIL import Image
 
 from dlperf.config.base import LOCALE_FIX
 from dlperf.store.runstore import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_break_it_59_locale import as_ascii_reads
+from tests.faults.test_break_it_59_locale import _classifier, as_ascii_reads
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -34,3 +38,16 @@ def test_where_key_not_utf8_is_refused_not_unknown(cli: Cli, store: RunStore) ->
     done = cli("runs", "list", "--where", "caf\udce9=1", "--json")  # latin-1's é
     one_line(done, 2, "--where 'caf\\udce9=1': the key holds a byte that is not UTF-8")
     assert done.out == ""
+
+
+def test_infer_json_names_an_image_read_as_ascii_by_its_text(cli: Cli, tmp_path: Path) -> None:
+    """`infer --json` of ä.png under a C locale named it "\\udcc3\\udca4.png"; a byte that is
+    not UTF-8 at all (latin-1's é) is U+FFFD, which a strict JSON reader takes."""
+    model = _classifier(tmp_path / "m.onnx")
+    Image.new("L", (8, 8)).save(tmp_path / "ä.png")
+    Image.new("L", (8, 8)).save(os.fsencode(tmp_path) + b"/caf\xe9.png")
+    done = cli("infer", str(model), as_ascii_reads("ä.png"), "caf\udce9.png", "--json")
+    assert done.code == 0, done.err
+    assert "\\udc" not in done.out
+    names = json.dumps(json.loads(done.out), ensure_ascii=False)
+    assert "ä.png" in names and "caf\ufffd.png" in names, names

@@ -24,7 +24,7 @@ from rich.text import Text
 from dlperf import stopping
 from dlperf.cli.stderr import Stderr
 from dlperf.formatting import as_written, fmt
-from dlperf.parsing import finite_json, one_line
+from dlperf.parsing import one_line, readable_json
 from dlperf.std_streams import holds, settle_std_streams
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def print_json(document: Any) -> None:
     a pipe's buffer, its reader slow, was cut at 64 KiB: invalid JSON, exit 143), then ends
     the command as ever. Spared, not shielded: a reader that never reads holds the write for
     good, and a second stop signal then ends it, leaving part of the document."""
-    _print_whole(json.dumps(finite_json(document), indent=2, default=str) + "\n")
+    _print_whole(json.dumps(readable_json(document), indent=2, default=str) + "\n")
 
 
 def print_csv(rows: Iterable[Sequence[Any]], lineterminator: str = "\r\n") -> None:
