@@ -779,10 +779,11 @@ def export_mlflow(
     gone = [run_id for run_id, plan in planned.items() if plan is None]
     plans = [plan for plan in planned.values() if plan is not None]
     for plan in plans:
-        warnings += plan.warnings
-    for plan in plans:
         _check_mlflow_names(plan, len(runs))
         _check_mlflow_times(plan, len(runs))
+        if _file_store(uri) is not None:
+            _fit_file_store(plan, len(runs))
+        warnings += plan.warnings
     if _file_store(uri) is None:  # a directory keeps infinities (as text)
         changed = {
             p.run.id: unheld(((m.key, m.value) for m in p.metrics), mlflow_held) for p in plans
@@ -852,6 +853,7 @@ class _MlflowRun:
     summary: dict[str, float]
     artifacts: list[dict[str, Any]]
     warnings: list[str]
+    epoch_added: bool  # the `epoch` series is the export's (`on_global_steps`), not the run's
 
 
 def _plan_mlflow_run(
@@ -913,8 +915,9 @@ def _plan_mlflow_run(
     artifacts = store.artifacts(run_id)
     if not _still_stored(store, run_id):
         return None
+    added = "epoch" in series and "epoch" not in stored
     return _MlflowRun(
-        run, started, ended, params, run_tags, metrics, series, summary, artifacts, warnings
+        run, started, ended, params, run_tags, metrics, series, summary, artifacts, warnings, added
     )
 
 
@@ -962,6 +965,38 @@ def _check_mlflow_names(plan: _MlflowRun, runs: int) -> None:
             f"takes: {fault.rstrip('.')}; nothing was exported",
             f"{fix}, or record the run with {where} MLflow takes",
         )
+
+
+def _fit_file_store(plan: _MlflowRun, runs: int) -> None:
+    """Fit `plan` to MLflow's file store, which keeps each metric, param and tag in a file
+    named by its key, folders split at '/': a key that is also another's folder ('epoch'
+    beside 'epoch/lr') cannot be kept, and the export failed part-way ("Is a directory"),
+    its run left FAILED. The `epoch` series the export adds (`on_global_steps`) beside a
+    run's own epoch/* keys is left out, with a warning (it repeats the steps per epoch); a
+    clash among the run's own keys is refused before anything is written."""
+    if plan.epoch_added and any(k.startswith("epoch/") for k in plan.series):
+        plan.metrics = [m for m in plan.metrics if m.key != "epoch"]
+        plan.series.pop("epoch")
+        plan.warnings.append(
+            f"run {plan.run.id}: its epoch series is left out: MLflow's file store keeps "
+            "each metric in a file, and 'epoch' is the folder of its epoch/* metrics"
+        )
+    for kind, keys in (
+        ("metric", {m.key for m in plan.metrics}),
+        ("param", {p.key for p in plan.params}),
+        ("tag", {t.key for t in plan.tags}),
+    ):
+        folders = {k[: i.start()] for k in keys for i in re.finditer("/", k)}
+        clash = sorted(keys & folders)
+        if clash:
+            inner = min(k for k in keys if k.startswith(f"{clash[0]}/"))
+            fix = f"leave run {plan.run.id} out of the export" if runs > 1 else "export it"
+            raise UserError(
+                f"run {plan.run.id} ({printable(plan.run.name)!r}): {kind}s {clash[0]!r} and "
+                f"{inner!r} cannot both be kept in MLflow's file store, which keeps each in a "
+                "file named by its key; nothing was exported",
+                f"{fix} to a database, {SQLITE_URI}",
+            )
 
 
 def _check_mlflow_times(plan: _MlflowRun, runs: int) -> None:
