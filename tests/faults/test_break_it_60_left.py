@@ -51,3 +51,39 @@ def test_infer_json_names_an_image_read_as_ascii_by_its_text(cli: Cli, tmp_path:
     assert "\\udc" not in done.out
     names = json.dumps(json.loads(done.out), ensure_ascii=False)
     assert "ä.png" in names and "caf\ufffd.png" in names, names
+
+
+NESTED_AT_FIVE = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.f = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))
+
+    def forward(self, x):
+        y = self.f(x)
+        return torch.nested.nested_tensor(list(y)) if x.shape[0] == 5 else y
+"""
+
+
+def test_scores_nested_at_the_runs_batch_size_only_are_one_line(
+    cli: Cli, store: RunStore, tmp_path: Path
+) -> None:
+    """The dry forwards (2 and 3 images) saw dense scores; the batch-size check read the
+    nested tensor's shape: "NestedTensorImpl doesn't support sizes", a traceback."""
+    (tmp_path / "net.py").write_text(NESTED_AT_FIVE)
+    (tmp_path / "exp.toml").write_text(
+        '[model]\nname = "net.py:Net"\n[data]\nname = "digits"\nlimit = 64\n'
+        "[train]\nepochs = 1\nbatch_size = 5\n"
+    )
+    done = cli("run", "exp.toml")
+    one_line(
+        done,
+        2,
+        "for a batch of 5 images (train.batch_size 5) returns a nested tensor (torch.nested); "
+        "expected one row of scores per image, [5, classes]",
+    )
+    assert store.list_runs() == []

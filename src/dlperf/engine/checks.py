@@ -856,16 +856,18 @@ def check_run_batch(
     where = where or f"train.batch_size {batch_size}"
     refused = f"model {what} cannot take a batch of {batch_size} ({where})"
     output = dry_forward(model, shape, refused, device, batch=batch_size, what=f"model {what}")
+    images = f"{batch_size} image{'s' * (batch_size != 1)}"
+    expected = f"one row of scores per image, [{batch_size}, classes]"
+    if isinstance(output, torch.Tensor):  # a nested one at this size only has no shape to read
+        check_dense(output, f"model {what} for a batch of {images} ({where}) returns", expected)
     if isinstance(output, torch.Tensor) and output.shape[:1] == (batch_size,):
         return
     if isinstance(output, torch.Tensor):
         got = f"shape {list(output.shape)}"
     else:  # a dict or tuple the forward returns at this batch size only
         got = f"a {type(output).__name__}"
-    images = f"{batch_size} image{'s' * (batch_size != 1)}"
     raise UserError(
-        f"model {what} returns {got} for a batch of {images} ({where}); "
-        f"expected one row of scores per image, [{batch_size}, classes]",
+        f"model {what} returns {got} for a batch of {images} ({where}); expected {expected}",
         "take the batch from the input and keep it: x.flatten(1), not .squeeze() (which drops "
         "a batch of one) nor a slice of the batch",
     )
