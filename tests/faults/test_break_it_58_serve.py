@@ -229,3 +229,17 @@ def test_a_short_body_is_told_the_header_length_it_was_sent(client: httpx.Client
         400,
         {"error": f"{HEADER_LENGTH} is 99 but the body has only 3 bytes"},
     )
+
+
+@pytest.mark.parametrize("short", [1, 40])
+def test_a_header_length_inside_the_json_is_told_so(client: httpx.Client, short: int) -> None:
+    """Round 60 (round 58's Left): it was the parser's "malformed request: Invalid JSON: EOF
+    while parsing a string at line 1 column 40", the JSON blamed."""
+    header, body = binary_request()
+    given = len(header) - short
+    r = client.post(INFER, content=body, headers={HEADER_LENGTH: str(given)})
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": f"{HEADER_LENGTH} is {given} but the JSON is {len(header)} bytes long; it "
+        "gives the JSON's length in bytes"
+    }

@@ -130,6 +130,14 @@ def infer_request(body: bytes, header_length: str | None) -> tuple[InferRequest,
         return InferRequest.model_validate_json(header), binary
     except ValidationError as e:
         first = e.errors()[0]
+        if binary is not None and len(binary) and _cut_short(first):
+            # The JSON runs on into what the header length calls binary data: it was told by
+            # the parser, as the JSON's own fault ("EOF while parsing a string").
+            whole = _json_end_in(body)
+            said = f"but the JSON is {whole} bytes long" if whole else "and the JSON runs past it"
+            raise UserError(
+                f"{HEADER_LENGTH} is {len(header)} {said}; it gives the JSON's length in bytes"
+            ) from None
         end = json_end(header, first)
         if end is None:
             raise malformed(first) from None
@@ -142,6 +150,21 @@ def infer_request(body: bytes, header_length: str | None) -> tuple[InferRequest,
             f"{HEADER_LENGTH} is {len(header)} but the JSON is {end} bytes long; it gives the "
             "JSON's length in bytes"
         ) from None
+
+
+def _json_end_in(body: bytes) -> int | None:
+    """Where the JSON at the start of `body` ends, where binary data follow it."""
+    try:
+        InferRequest.model_validate_json(body)
+    except ValidationError as e:
+        return json_end(body, e.errors()[0])
+    return None
+
+
+def _cut_short(error: ErrorDetails) -> bool:
+    """Whether a parse failed at the end of its text, the JSON not yet ended."""
+    said = str(error.get("ctx", {}).get("error", ""))
+    return error["type"] == "json_invalid" and said.startswith("EOF while parsing")
 
 
 def json_end(text: bytes, error: ErrorDetails) -> int | None:
