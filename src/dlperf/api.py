@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, error_text, interrupted, model_exited
+from dlperf.formatting import KEYS_LISTED, few
 from dlperf.parsing import (
     KEYS_HINT,
     MAX_DEPTH,
@@ -1515,7 +1516,8 @@ class Store:
             found = stored_as(name, stored)
             if found is not None:
                 return found
-        hint = f"its metrics: {', '.join(stored)}" if stored else "it has no metrics yet"
+        listed = few(list(stored), KEYS_LISTED)  # 10,000 keys were a 129,000-character line
+        hint = f"its metrics: {listed}" if stored else "it has no metrics yet"
         raise UserError(f"run {run_id} has no metric {key!r}", hint)
 
     def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:

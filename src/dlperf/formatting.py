@@ -47,6 +47,10 @@ def as_written(text: str, stream: TextIO) -> str:
     return text.encode(stream.encoding, "backslashreplace").decode(stream.encoding)
 
 
+# How many of a run's metric keys an error lists: a run may hold thousands.
+KEYS_LISTED = 20
+
+
 def few(items: Sequence[str], most: int = 3) -> str:
     """The first `most` of `items`, comma-separated, and how many more: "a, b, c and 2 more"."""
     more = len(items) - most

@@ -22,6 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from sqlalchemy import func, select
 
 from dlperf.errors import UserError
+from dlperf.formatting import KEYS_LISTED, few
 from dlperf.parsing import did_you_mean, flatten, one_line, stored_as
 from dlperf.paths import save_figure
 from dlperf.report import LOOKS, fold, look, tight_layout
@@ -316,7 +317,8 @@ def draw_runs(
     which = ", ".join(str(r.id) for r in runs)
     if not stored:
         raise UserError(f"run(s) {which} stored no metrics", "see `dlperf runs show`")
-    listing = "stored keys: " + ", ".join(sorted(stored))
+    # The first few: a run of 10,000 keys was a 129,000-character "one line".
+    listing = f"stored keys: {few(sorted(stored), KEYS_LISTED)}"
     # café typed (NFC), stored as cafe\u0301 (NFD): the stored key
     keys = [stored_as(key, stored) or key for key in keys]
     for key in keys:
