@@ -132,7 +132,15 @@ def from_registry(
     _record_build(meta, name, kwargs)
     what = f"model '{name}'"  # in every refusal of the dry forward, not "the model"
     with refusing_unregistered(model, what) as kept_out:  # as a run refuses them
-        output = dry_forward(model, shape, f"{what} rejects input of shape {shape}", what=what)
+        try:
+            output = dry_forward(model, shape, f"{what} rejects input of shape {shape}", what=what)
+        except UserError as e:  # a model built in float64 or half: told so, as a run tells it
+            from dlperf.engine.build import not_float32
+
+            told = (
+                not_float32(model, f"'{name}'", e.message, None) if type(e) is UserError else None
+            )
+            raise told or e from None
     # The exporter and the parity check take one tensor of scores, as `dlperf infer` reads it.
     if not isinstance(output, torch.Tensor):
         raise UserError(

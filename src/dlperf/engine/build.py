@@ -325,7 +325,7 @@ _DTYPE_MISMATCH = re.compile(r"dtype|scalar type|type \(")
 
 
 def not_float32(
-    model: torch.nn.Module, name: str, error: str, precision: str = "fp32"
+    model: torch.nn.Module, name: str, error: str, precision: str | None = "fp32"
 ) -> UserError | None:
     """The error for model `name`, whose forward of float32 images failed with `error`, when
     its floating parameters are of another dtype: all of them (built with .double() or
@@ -333,7 +333,7 @@ def not_float32(
     must have the same dtype"), the first odd one named as `dlperf analyze` names it. torch's
     error blamed the images. None otherwise: a model of mixed dtypes may fail for its shapes.
     `precision` (run.precision) is the run's: one in half precision already is told that it
-    casts the model, not to be set."""
+    casts the model, not to be set; None (export, which does not train) says neither."""
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if not dtypes:
         return None
@@ -348,15 +348,17 @@ def not_float32(
             "them), or cast to the layer's dtype in forward before it: x.to(layer.weight.dtype)",
         )
     other = sorted(str(d).removeprefix("torch.") for d in dtypes)
+    half = ""
     if precision == "fp32":
         half = 'to train in half precision set run.precision = "fp16" or "bf16", which casts '
         half += "as it trains"
-    else:
+    elif precision is not None:
         half = f'run.precision = "{precision}" casts it to half precision as it trains'
     return UserError(
         f"model {name}: its parameters are {' and '.join(other)}, but dlperf feeds it "
         "float32 images",
-        f"build it in float32 (no .double() or .half(), no torch.set_default_dtype); {half}",
+        "build it in float32 (no .double() or .half(), no torch.set_default_dtype)"
+        + (f"; {half}" if half else ""),
     )
 
 
