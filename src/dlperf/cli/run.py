@@ -142,10 +142,12 @@ def _written_here(run: RunRecord | None) -> TypeGuard[RunRecord]:
 
 
 def _resumable(run: RunRecord | None, store: RunStore) -> TypeGuard[RunRecord]:
-    """Whether `run` stopped (not finished) after reaching a checkpoint."""
+    """Whether `run` stopped (not finished) after reaching a checkpoint, and is not being
+    deleted (`runs delete --force` stopped it, and deletes it once it is marked)."""
     from dlperf.engine.checkpoint import run_checkpoint
+    from dlperf.store.query import deleted_by
 
-    if run is None or run.status == "finished":
+    if run is None or run.status == "finished" or deleted_by(run) is not None:
         return False
     try:
         run_checkpoint(store, run.id, "", "")
@@ -156,8 +158,15 @@ def _resumable(run: RunRecord | None, store: RunStore) -> TypeGuard[RunRecord]:
 
 def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
     """After Ctrl-C or SIGTERM: how to go on with this process's run, when it stopped (not
-    finished) after reaching a checkpoint."""
-    if _resumable(run, store):
+    finished) after reaching a checkpoint; or that it was stopped to be deleted, which no
+    resume outlives."""
+    from dlperf.store.query import deleted_by
+
+    if run is not None and (deleter := deleted_by(run)) is not None:
+        console.err_line(
+            f"run {run.id} stopped: `dlperf runs delete` (pid {deleter}) is deleting it"
+        )
+    elif _resumable(run, store):
         console.err_line(
             f"run {run.id} stopped; continue it from its last checkpoint{_resume(run.id)}"
         )

@@ -5,8 +5,10 @@ tags `runs tag` sets, and which runs may be deleted (and stopping those still ru
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import difflib
+import json
 import math
 import os
 import re
@@ -36,7 +38,7 @@ from dlperf.parsing import (
     stored_as,
     unprintable,
 )
-from dlperf.procs import process_alive
+from dlperf.procs import process_alive, this_process
 from dlperf.procs import stopped as is_stopped
 from dlperf.store.record import LOST, place_words
 from dlperf.store.record import STATUSES as STORED
@@ -1295,6 +1297,25 @@ def _refuse_users_programs(running: Sequence[RunRecord]) -> None:
 
 STOP_WAIT_S = 60.0  # for a stopped run's process to mark it killed (it ends its current step)
 POLL_S = 0.1
+# The tag `stop` puts on a run before it signals the run's process, its value the deleting
+# process (`this_process()`): the stopped process, which reads its run as soon as it has
+# marked it, before the delete waiting for that mark has run, tells no resume of it
+# (`deleted_by`). A signal carries no word of why it was sent.
+DELETING_TAG = "dlperf.deleting"
+
+
+def deleted_by(run: RunRecord) -> int | None:
+    """The pid of the live process (`runs delete --force`) that stopped `run` to delete it,
+    from the mark `stop` put on it; None for a run not so marked, or whose delete is gone
+    (killed before it deleted: the run stays, to resume) or cannot be told from here."""
+    try:
+        process = json.loads(run.tags.get(DELETING_TAG) or "null")
+    except ValueError:  # a tag of that name set by hand
+        return None
+    if not isinstance(process, dict) or process_alive(process) is not True:
+        return None
+    pid = process.get("pid")
+    return pid if isinstance(pid, int) else None
 
 
 def _waiting_for(run_id: int, pid: int, wait_s: float) -> str:
@@ -1355,7 +1376,32 @@ def stop(
     whose process runs on another host is not stopped (it is deleted under it, and its
     writes then fail), nor one whose process writes another store, this one its copy.
     `runs` are as `to_delete` gave them: a `dlperf.track` run whose program is alive here
-    was refused there, before any process was signalled."""
+    was refused there, before any process was signalled.
+
+    Each run is marked (`DELETING_TAG`) before its process is signalled, so that the stopped
+    process says it was stopped to be deleted, not how to resume it; a stop that fails (a
+    process that does not stop in time, this one interrupted) takes its marks back, as
+    nothing is deleted then. The delete that follows removes them with the runs' tags."""
+    marked: list[int] = []
+    try:
+        return _stop(store, runs, wait_s, waiting, marked)
+    except BaseException:
+        for run_id in marked:
+            # The error said is the stop's: a mark left unremoved counts for nothing once
+            # this process ends (`deleted_by`).
+            with contextlib.suppress(Exception):
+                store.set_tags(run_id, {DELETING_TAG: None})
+        raise
+
+
+def _stop(
+    store: RunStore,
+    runs: Sequence[RunRecord],
+    wait_s: float,
+    waiting: Callable[[str], None] | None,
+    marked: list[int],
+) -> list[Stopped]:
+    """`stop`'s work, adding to `marked` each run it marks before signalling its process."""
     done = []
     for run in runs:
         if run.status != "running":
@@ -1370,6 +1416,8 @@ def stop(
         if pid is None or process_alive(process) is not True:
             done.append(Stopped(run.id, pid, host, None))
             continue
+        store.set_tags(run.id, {DELETING_TAG: json.dumps(this_process())})
+        marked.append(run.id)
         os.kill(pid, signal.SIGTERM)
         if waiting is not None:
             waiting(_waiting_for(run.id, pid, wait_s))
