@@ -58,6 +58,7 @@ class FakeStore:
     metric_rows: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     files: list[dict[str, Any]] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
+    marks: dict[int, dict[str, str]] = field(default_factory=dict)  # tags `stop` set
     # A store that is there: `no_such_run` reads its engine's options for one that is not.
     engine: Engine = field(default_factory=lambda: create_engine("sqlite://"))
 
@@ -69,6 +70,15 @@ class FakeStore:
 
     def writes_elsewhere(self, run: RunRecord) -> str | None:
         return None  # the store every run's process writes
+
+    def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
+        """The mark `stop` puts on a run before signalling its process (query.DELETING_TAG),
+        and takes back when it gives up, kept in `marks`."""
+        held = self.marks.setdefault(run_id, {})
+        held.update({k: v for k, v in tags.items() if v})
+        for key in [k for k, v in tags.items() if not v]:
+            held.pop(key, None)
+        return held
 
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
@@ -383,6 +393,7 @@ def test_stop_terms_a_live_run_and_waits_for_its_mark() -> None:
         assert said == [
             f"sent SIGTERM to pid {child.pid}; waiting up to 30 s for it to mark run 1 killed"
         ]
+        assert list(store.marks) == [1] and list(store.marks[1]) == [query.DELETING_TAG]
     finally:
         child.kill()
         child.wait()
@@ -398,8 +409,10 @@ def test_stop_gives_up_on_a_process_that_does_not_mark_its_run(
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         running = run(1, status="running", system={"process": process_of(child)})
         monkeypatch.setattr(query, "POLL_S", 0.01)
+        store = FakeStore([running])
         with pytest.raises(UserError) as e:
-            stop(FakeStore([running]), [running], wait_s=0.2)  # type: ignore[arg-type]
+            stop(store, [running], wait_s=0.2)  # type: ignore[arg-type]
+        assert store.marks == {1: {}}  # marked before the signal, unmarked as it gave up
         assert (
             e.value.message == f"run 1: pid {child.pid} did not stop within 0.2 s; nothing deleted"
         )
