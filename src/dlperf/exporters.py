@@ -1188,13 +1188,20 @@ def _exported_from(directory: Path) -> set[str]:
 
 def _swap_in(staged: Path, directory: Path) -> None:
     """The event files written in `staged` in place of those of `directory`, an earlier
-    export's (a second export replaces the first, it does not add to it)."""
+    export's (a second export replaces the first, it does not add to it).
+
+    The new files are moved in before the old ones are unlinked: a SIGKILL between the two
+    leaves the run both (until it is exported again), never neither, which unlinking first
+    could (the new files then waited in the staging folder the next export removes)."""
     with writing(directory):
         directory.mkdir(parents=True, exist_ok=True)
-        for old in directory.glob(EVENT_FILES):
-            old.unlink()
-        for new in staged.glob(EVENT_FILES):
-            shutil.move(new, directory / new.name)  # a rename: the same file system
+        olds = list(directory.glob(EVENT_FILES))
+        news = {new.name for new in staged.glob(EVENT_FILES)}
+        for name in sorted(news):
+            shutil.move(staged / name, directory / name)  # a rename: the same file system
+        for old in olds:
+            if old.name not in news:  # one of the same name was just replaced by the new
+                old.unlink()
 
 
 def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
@@ -1240,7 +1247,10 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     # Every run's events are written here first, and moved into place only once all are:
     # an export that fails or is stopped partway leaves the earlier one of every run whole
     # (the old files went as each run's new ones were begun, and the failure's cleanup took
-    # the new ones). Inside --out: the same file system, so each move is a rename.
+    # the new ones). Inside --out: the same file system, so each move is a rename. A run's
+    # new files are in place before its old ones go (_swap_in), so removing this folder, as
+    # a failure's cleanup or the next export after a SIGKILL does, never takes a run's only
+    # events.
     staging = out / STAGING
     try:
         with _writer_errors_raised_here():
