@@ -610,7 +610,7 @@ class Condition:
             return self
         if typed != self.key and any(_field(r, typed)[0] for r in runs):
             return replace(self, key=typed)
-        held = {k for run in runs for k in (*_summary_keys(run), *flatten(run.config))}
+        held = {k for run in runs for k in (*run.flat_summary, *run.flat_config)}
         alike = sorted(k for k in held if k != self.key and _unspaced(k) == _unspaced(typed))
         if alike:
             raise UserError(
@@ -727,7 +727,7 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     typed (NFC) names cafe\u0301 copied from a macOS file name (NFD). (Where runs held both
     forms, --where took the form one held exactly, the others left out without a word.)"""
     if key.startswith(CONFIG):
-        flat = flatten(run.config)
+        flat = run.flat_config
         held = stored_as(key.removeprefix(CONFIG), flat)
         return held is not None, None if held is None else flat[held]
     if key.startswith("tag."):
@@ -740,7 +740,7 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     # tracked run's config may hold `s` at its top). A key both hold is read as it always
     # was: without a dot from the summary (test_accuracy), with one from the config. A
     # summary's nested keys as `runs compare` labels them: final.train/loss.
-    flat, summary = flatten(run.config), _summary_keys(run)
+    flat, summary = run.flat_config, run.flat_summary
     sources = (summary, flat) if "." not in key else (flat, summary)
     for source in sources:
         if key in source:
@@ -750,11 +750,6 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
         if held is not None:
             return True, source[held]
     return False, None
-
-
-def _summary_keys(run: RunRecord) -> dict[str, Any]:
-    """The run's summary by the keys --where takes: its own, and its nested ones dotted."""
-    return run.summary | flatten(run.summary)
 
 
 def _same(stored: Any, wanted: Any) -> bool:
@@ -788,11 +783,11 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     configs = {k for k, _ in describe()}
     tags: set[str] = set()
     for run in runs:
-        configs |= set(flatten(run.config))
+        configs |= set(run.flat_config)
         tags |= {f"tag.{t}" for t in run.tags}
     known = configs | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     for run in runs:
-        known |= set(_summary_keys(run))
+        known |= set(run.flat_summary)
     # A hint never offers a key --where cannot name (stored before such keys were refused):
     # offered `final.train/a=b` for `final.train/a=b=1`, which had failed on that very key.
     offered = {k for k in known if nameable(k)}
@@ -864,8 +859,9 @@ def _near(key: str, known: set[str]) -> list[str]:
 
 
 def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
-    """The runs (as they stand) every KEY=VALUE of `where` holds for."""
-    conditions = [Condition.parse(w).as_typed(runs) for w in where]
+    """The runs (as they stand) every KEY=VALUE of `where` holds for (one given twice is
+    checked once)."""
+    conditions = [Condition.parse(w).as_typed(runs) for w in dict.fromkeys(where)]
     for condition in conditions:  # before a status or kind the config holds is unknown
         condition.refuse_config_shadowed(runs)
     _check_keys(runs, conditions)
