@@ -198,7 +198,9 @@ def _rebuilt(
     the metadata does) is built from its file's absolute path with its model.kwargs, as
     export built it. Refused where a parameter's shape is not the one of the same name in
     `model_path` (another network: metadata that predates the kwargs, a file edited since):
-    its timings would be another network's, next to ONNX Runtime's, without a word."""
+    its timings would be another network's, next to ONNX Runtime's, without a word. Where no
+    name is in common the exported one is compared by its outputs instead (`_other_outputs`),
+    and any other refused: nothing says it is the file's network."""
     exported = spec == meta.model or (
         meta.model_path is not None and absolute_model_name(spec) == meta.model_path
     )
@@ -230,14 +232,27 @@ def _rebuilt(
             hint,
         )
     if compared == 0 and (source.model.state_dict() or graph.initializer):
-        # No name in common (another network's: resnet20's conv1.weight against smallcnn's
-        # 0.weight): nothing was compared, so nothing says it is the file's network.
+        # No name in common: another network's (resnet20's conv1.weight against smallcnn's
+        # 0.weight), or the exported one's where the exporter renamed or folded every tensor
+        # (the dynamo exporter makes a complex parameter real constants `val_18`, `val_19`),
+        # so the names say nothing. A registry export holds the factory's seeded weights,
+        # which this build draws again: the file's network answers as the file does.
         n = len(source.model.state_dict())
-        raise UserError(
-            f"cannot tell that '{spec}' built with {how} is the network of {file}: none of its "
-            f"{n} parameters and buffers is named as an initializer in the file",
-            hint,
-        )
+        named = f"none of its {n} parameters and buffers is named as an initializer in the file"
+        if not exported or meta.run_id is not None:
+            raise UserError(
+                f"cannot tell that '{spec}' built with {how} is the network of {file}: {named}",
+                # A run's trained weights are not these random ones: its run, not a new
+                # export (which folds the same tensors), is what can be raced.
+                f"bench it with the store that holds run {meta.run_id}" if exported else hint,
+            )
+        differs = _other_outputs(source.model, model_path, meta.input_shape, graph)
+        if differs is not None:
+            raise UserError(
+                f"'{spec}' built with {how} is not the network of {file}: {named}, and on the "
+                f"same input {differs}" + (f": {why}" if unknown else ""),
+                hint,
+            )
     if unknown:
         reporter.log(f"warning: {why}: the PyTorch contender '{spec}' is built with {how}")
     return source
@@ -256,6 +271,30 @@ def _unlike(model: nn.Module, graph: Any) -> tuple[int, list[str]]:
         for key, value in shared.items()
         if list(value.shape) != dims[key]
     ]
+
+
+def _other_outputs(
+    model: nn.Module, model_path: Path, input_shape: tuple[int, ...], graph: Any
+) -> str | None:
+    """How `model`'s outputs differ from the ONNX model's at `model_path` on one seeded
+    input; None where they agree (within 1% of their largest value: export's parity held them
+    closer, at its own tolerance, which the metadata does not record, and another network's,
+    or other weights', differ by about their size)."""
+    session = runtime.session(model_path, 1, cpu=True)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(_graphs_batch(graph) or 1, *input_shape, generator=generator)
+    found = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    with torch.inference_mode():
+        output = model.eval()(x)
+    if not isinstance(output, torch.Tensor) or list(output.shape) != list(found.shape):
+        shape = list(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+        return f"its output is {shape}, the file's {list(found.shape)}"
+    expected = output.numpy().astype(np.float64)
+    diff = float(np.abs(found.astype(np.float64) - expected).max()) if expected.size else 0.0
+    size = float(np.abs(expected).max()) if expected.size else 0.0
+    if diff <= 0.01 * size + 1e-6:
+        return None
+    return f"its outputs differ from the file's by up to {diff:.3g} (they reach {size:.3g})"
 
 
 def _metas_run(
