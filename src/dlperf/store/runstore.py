@@ -98,6 +98,7 @@ from dlperf.store.schema import (
     HOME_FILE,
     STORE_ID,
     Artifact,
+    Base,
     Claim,
     Meta,
     Metric,
@@ -1961,6 +1962,54 @@ def _pg_next_id(s: Session) -> int | None:
     return top + 1
 
 
+# Each table but runs whose row id a sequence gives (SERIAL, BIGSERIAL, IDENTITY: none where
+# pg_get_serial_sequence finds none), with its largest id, where that sequence would hand out
+# an id not above it. pg_sequence_last_value is NULL before the first nextval; both it and
+# setval are asked of a sequence only where this user may (CASE keeps the order), and one at
+# its end (ids set there by hand) is left as it is, as `_pg_next_id` leaves runs'. None in
+# a read-only session (a standby): setval is refused there, and failed the open as a store
+# "older than this dlperf", where its writes say what the session lacks.
+_PG_BEHIND = (
+    "SELECT seq, top FROM ("
+    + " UNION ALL ".join(
+        f"SELECT pg_get_serial_sequence('{t.name}', 'id')::regclass AS seq, "
+        f"(SELECT max(id) FROM {t.name}) AS top"
+        for t in Base.metadata.sorted_tables
+        if [c.name for c in t.primary_key] == ["id"] and t.name != Run.__tablename__
+    )
+    + ") AS t JOIN pg_sequence ON seqrelid = seq WHERE top < seqmax "
+    "AND current_setting('transaction_read_only') = 'off' AND CASE WHEN "
+    "has_sequence_privilege(seq, 'UPDATE') AND has_sequence_privilege(seq, 'SELECT, USAGE') "
+    "THEN top > coalesce(pg_sequence_last_value(seq), 0) END"
+)
+
+
+def _pg_ids_past_rows(writer: Engine) -> None:
+    """Moves the sequence of each table of `_PG_BEHIND` past the largest id the table holds,
+    as `_pg_next_id` moves runs': a SQLite store's tables copied in by hand keep their ids
+    and leave the sequences at 1, and the first metric, study or artifact written took a
+    copied row's id (a UniqueViolation, the run left failed with the SQL as its error). At a
+    writer's open, not at each write: a sequence is behind only after such a copy, and once
+    moved never again, as every id after comes from it. Checked again under `_pg_next_id`'s
+    lock: two writers opening at once would both move it, the second back below ids the
+    first had handed out meanwhile. A table dropped, its id renamed or its SELECT revoked by
+    hand moves none: such a store opened before, and says what it lacks where a command
+    meets it (`integrity.on_error`), not as SQL at every open."""
+    try:
+        with writer.begin() as conn:
+            if conn.execute(text(_PG_BEHIND)).first() is None:
+                return
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(:key, hashtext(current_schema()))"),
+                {"key": PG_RUN_ID_LOCK},
+            )
+            conn.execute(text(f"SELECT setval(seq, top) FROM ({_PG_BEHIND}) AS behind"))
+    except DatabaseError as e:
+        edited = (integrity.PG_NO_TABLE, integrity.PG_NO_COLUMN, integrity.PG_NO_PRIVILEGE)
+        if _pg_state(e) not in edited:
+            raise
+
+
 class RunStore:
     def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
         self.engine = engine
@@ -2071,6 +2120,8 @@ class RunStore:
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
+            if session is not None and writing and store_id is not None:  # PostgreSQL's
+                _pg_ids_past_rows(writer)
             integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             no_room = _no_room(e, engine)
