@@ -28,6 +28,7 @@ from dlperf.engine.checkpoint import run_checkpoint
 from dlperf.errors import UserError
 from dlperf.procs import this_process
 from dlperf.store import RunStore, query
+from tests.cli.test_runs import LIVE
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_store_faults import RESUMED, _ended, _parked
 
@@ -95,21 +96,6 @@ def test_runs_delete_force_of_a_training_run_never_offers_its_resume(
     said = [line for line in err.splitlines() if line.startswith("run 1 ")]
     assert said in ([], [_deleting_line(1)]), err
     assert not list(tmp_path.glob("dlperf_runs/*/run-1"))  # its checkpoint went with it
-
-
-LIVE = """
-import sys, time
-from dlperf import stopping
-from dlperf.store import RunStore
-def live():  # a command as dlperf runs one: SIGTERM marks the run killed, exit 143
-    store = RunStore.open(sys.argv[1])
-    config = {"model": {}, "data": {}, "train": {}, "run": {}}
-    with store.new_run("live", "run", config, None, {"host": "h"}) as record:
-        print(record.id, flush=True)
-        time.sleep(600)
-    return 0
-stopping.run(live, process=True)
-"""
 
 
 def test_a_delete_that_gives_up_takes_its_mark_back(store: RunStore, db: str) -> None:
