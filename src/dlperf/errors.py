@@ -31,6 +31,22 @@ MODEL_CODE = "__dlperf_model_code__"
 PYTHONS_OWN = (NameError, AttributeError, ZeroDivisionError, RecursionError, ImportError)
 
 
+# The note (PEP 678) that says where a model's own exception was raised, when a command runs
+# many models (a sweep's point): told before "the model raised", which named no point.
+_WHERE = "dlperf, where: "
+
+
+def note_where(e: BaseException, where: str) -> None:
+    """Note on `e` (a model's own exception) where it was raised: "lr.toml point 3 (...)"."""
+    e.add_note(_WHERE + where)
+
+
+def noted_where(e: BaseException) -> str | None:
+    """Where `note_where` said `e` was raised, or None."""
+    notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str)]
+    return next((n.removeprefix(_WHERE) for n in notes if n.startswith(_WHERE)), None)
+
+
 def _model_module(name: str) -> bool:
     if name.startswith(USER_MODULE_PREFIX):
         return True

@@ -34,6 +34,7 @@ from dlperf.errors import (
     in_model_file,
     innermost,
     interrupted,
+    noted_where,
     out_of_memory,
 )
 from dlperf.parsing import one_line
@@ -88,7 +89,8 @@ def _said_as_models(e: BaseException, own: bool = False) -> bool:
         return False
     text = error_text(e)  # a model's exception whose own __str__ raises is told too
     said = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    say(f"error: the model raised {one_line(said)}")
+    where = noted_where(e)
+    say(f"error: {f'{one_line(where)}: ' if where else ''}the model raised {one_line(said)}")
     for frame in traceback.format_list(frames):
         say(frame.rstrip("\n"))
     say("(the whole traceback: dlperf --debug ...)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,7 @@ from dlperf.engine.checks import (
 from dlperf.engine.profiler import check_fits
 from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
-from dlperf.errors import MemoryRanOut, MissingDevice, UserError
+from dlperf.errors import MemoryRanOut, MissingDevice, UserError, note_where
 from dlperf.formatting import few
 from dlperf.models import create_model, transfer
 from dlperf.models.registry import (
@@ -156,14 +156,17 @@ def check_profile_fits(exp: Experiment, data: ImageData, epochs_done: int = 0) -
 
 
 def first_refused(
-    exps: Sequence[Experiment], runs: StoredRuns, reporter: Reporter | None = None
+    exps: Sequence[Experiment],
+    runs: StoredRuns,
+    reporter: Reporter | None = None,
+    named: Callable[[int], str] | None = None,
 ) -> tuple[int, UserError] | None:
     """The first of `exps` that `prepare_run` would refuse before recording its run (its index
     and the error), None when none would: a sweep checks its points so before the first one
     runs. Weights are resolved, not fetched or loaded; models are built on the CPU.
     Experiments of the same data share one load of it, held only while they are checked, and
     one build of each model on it; `reporter` hears each load (a big image folder's takes
-    minutes)."""
+    minutes). What a model itself raises goes on, noted with `named(index)`, its point."""
     groups: dict[str, list[int]] = {}
     for index, exp in enumerate(exps):
         # The weights set the resolution and statistics; torchvision's, by the model's name.
@@ -186,6 +189,10 @@ def first_refused(
                 if first is None or index < first[0]:
                     first = (index, e)
                 break  # the group's later points are no earlier than this one
+            except Exception as e:  # the model's own error ("the model raised"): whose?
+                if named is not None:
+                    note_where(e, named(index))
+                raise
     return first
 
 

@@ -104,14 +104,14 @@ def check_points(
     rejects the images): a mistake caught up front is the user's to fix, not a failed run."""
     from dlperf.engine.build import first_refused  # torch: only once a sweep runs
 
-    refused = first_refused([p.exp for p in points], store, reporter)
+    def named(index: int) -> str:
+        return f"{sweep.path} point {points[index].index + 1} ({points[index].label()})"
+
+    refused = first_refused([p.exp for p in points], store, reporter, named)
     if refused is None:
         return
     index, error = refused
-    point = points[index]
-    raise UserError(
-        f"{sweep.path} point {point.index + 1} ({point.label()}): {error.message}", error.hint
-    )
+    raise UserError(f"{named(index)}: {error.message}", error.hint)
 
 
 def sweep_study(
