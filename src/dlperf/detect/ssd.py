@@ -207,6 +207,11 @@ def build(
             "LVIS, the largest common detection set, has 1,203; ssd300_vgg16's heads take 134k "
             "parameters a class",
         )
+    held = checkpoint.get("num_classes")
+    if weights is not None and type(held) is int and held != num_classes:
+        # Before the labels: a checkpoint's own labels, counted against --num-classes, sent
+        # the user to a labels list they never gave ("3 labels for 5 classes").
+        raise OtherClasses(weights, name, held, num_classes)
     labels = labels or default_labels(num_classes)
     if len(labels) != num_classes:
         raise UserError(
