@@ -222,6 +222,8 @@ class Phase(Replica):
     ) -> None:
         self.spec, self.device, self.comm = spec, device, comm
         model = build_model(exp, data, device)
+        if spec.strategy == "ddp":  # before DDP, whose own check says nothing of the model
+            same_network_on_every_rank(model, f"'{exp.model.name}'")
         start_weights(model, exp.model, exp.model.weights or "", None)  # freezes, if asked
         # The trained parameters (once frozen) the backward gives no gradient, which DDP
         # must be told of: a plain run trains such a model. The RNG stream left as it was.
@@ -334,6 +336,54 @@ class Phase(Replica):
             tuple(statistics.median(step) for step in zip(*seconds, strict=True)),
             tuple(p.numel() * p.element_size() for p in trained),
         )
+
+
+Shapes = list[tuple[str, list[int]]]  # a network's parameters and buffers, named, in order
+
+
+def network_shapes(model: nn.Module) -> Shapes:
+    """`model`'s parameters, then its buffers, each named with its shape: what DDP needs to be
+    alike on every rank (it matches parameters by position, then broadcasts rank 0's states)."""
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    return [(name, list(t.shape)) for name, t in tensors]
+
+
+def network_difference(mine: Shapes, theirs: Shapes) -> str:
+    """Where network `mine` differs from `theirs` (its peer's), as `c.weight [9, 1, 3, 3] vs
+    [8, 1, 3, 3]`: the first tensor of `mine` its peer lacks or holds at another shape, else
+    the first of its peer's that `mine` lacks, else their order."""
+
+    def shown(shape: list[int] | None) -> str:
+        return "none" if shape is None else str(shape)
+
+    them, me = dict(theirs), dict(mine)
+    for name, shape in mine:
+        if them.get(name) != shape:
+            return f"{name} {shown(shape)} vs {shown(them.get(name))}"
+    for name, shape in theirs:
+        if name not in me:
+            return f"{name} none vs {shape}"
+    return "the same tensors in another order"
+
+
+def same_network_on_every_rank(model: nn.Module, what: str) -> None:
+    """Raise the one line that says model `what`'s factory built a different network on a
+    rank than on rank 0, on every rank alike (each then leaves, none waiting on a peer):
+    DDP's own check failed the point in torch's "appears not to match" traceback, its
+    frames dlperf's and torch's, with no word of the model (a factory that reads RANK)."""
+    everyone: list[Shapes] = gathered(network_shapes(model))
+    first = everyone[0]
+    rank = next((r for r, theirs in enumerate(everyone) if theirs != first), None)
+    if rank is None:
+        return
+    raise UserError(
+        f"model {what} builds a different network on rank {rank} than on rank 0 "
+        f"({network_difference(everyone[rank], first)}): its factory builds a different "
+        "network on each call (nondeterministic: a size drawn at random or read from the "
+        "environment, such as RANK, the clock or the process id)",
+        "make the factory build the same network in every process (pass such a size in "
+        "[model] kwargs)",
+    )
 
 
 def unused_on_any_rank(unused: list[str]) -> list[str]:
