@@ -161,5 +161,5 @@ def sweep(
         ):
             _print_summary(result, sort)
             console.tell([], *plots)
-    if any(r.status != "finished" for r in result.points):
+    if result.deleted or any(r.status != "finished" for r in result.points):
         raise typer.Exit(1)

@@ -356,11 +356,32 @@ class SweepRun:
             if not self.claimed(point):
                 continue
             self.started(point)
-            result = run_point(
-                self.config(point), self.store, self.study_id, self.since, self.reporter
-            )
+            exp = self.config(point)
+            try:
+                result = run_point(exp, self.store, self.study_id, self.since, self.reporter)
+            except KeyboardInterrupt:
+                # Spared, as `run`'s hint is: a second stop still ends these reads.
+                with stopping.spared():
+                    self.said_deleting(point, exp)
+                raise
             if not self.finished(point, result):
                 return
+
+    def said_deleting(self, point: Point, exp: Experiment) -> None:
+        """After a stop of a point run here: when `runs delete --force` stopped it to delete
+        its run, say so. The point trains in this process, so that stop ends the whole sweep
+        (a stop signal cannot be told to end one point only), and the sweep's stop line alone
+        told to continue it, as if Ctrl-C had. Said while the delete has not removed the run
+        yet, as `run` says it (a run already gone cannot be told from a point never begun)."""
+        from dlperf.store.query import deleted_by
+
+        run = _own_run(self.store, exp, self.study_id, self.since)
+        if run is not None and (deleter := deleted_by(run)) is not None:
+            self.reporter.log(
+                f"point {point.index + 1}/{len(self.sweep.points)} stopped: `dlperf runs "
+                f"delete` (pid {deleter}) is deleting its run {run.id}, which stops the sweep "
+                "(--jobs 1 trains each point in the sweep's own process)"
+            )
 
     def run_parallel(self, todo: list[Point], jobs: int) -> None:
         pending, running = deque(todo), list[_Child]()
@@ -519,6 +540,9 @@ class SweepResult:
     # The points another process still held at the end (see `SweepRun.held_elsewhere`):
     # when there are any, the ranking and the winner are over the finished points only.
     held_elsewhere: list[dict[str, Any]] = field(default_factory=list)
+    # The points whose run was deleted while the sweep ran: left out of `points`, and the
+    # sweep ends as for a point that did not finish.
+    deleted: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_sweep(
@@ -574,16 +598,34 @@ def run_sweep(
     # ran are ranked with the rest (each sweep ranked only its own, and named a winner that
     # was not the study's best).
     now = finished_runs(store, study_id, free)
-    rows, elsewhere = [], []
+    # A point's run deleted while the sweep ran (`dlperf runs delete`) is no result: ranked,
+    # it was named the winner of a store that no longer held it, or the end failed "no run N
+    # in the store" (its weights and figures read), the points that finished unranked.
+    stored = {run.id for run in store.list_runs(study_id=study_id)}
+    rows, elsewhere, deleted = [], [], []
     for point, key in zip(sweep.points, keys, strict=True):
         seed = point.exp.run.seed
         if point.index in state.results:
-            rows.append(SweepRow.of(state.results[point.index], point.params, seed))
+            row = SweepRow.of(state.results[point.index], point.params, seed)
         elif (run := now.get(key or "") or done.get(key or "")) is not None:
             result = SweepPointResult.of_run(run.id, "finished", run.summary)
-            rows.append(SweepRow.of(result, point.params, seed, skipped=True))
-        elif point.index in state.held:
-            elsewhere.append(state.held_elsewhere(point, key))
+            row = SweepRow.of(result, point.params, seed, skipped=True)
+        else:
+            if point.index in state.held:
+                elsewhere.append(state.held_elsewhere(point, key))
+            continue
+        if row.run_id in stored:
+            rows.append(row)
+            continue
+        deleted.append({"point": point.index + 1, "params": point.params, "run_id": row.run_id})
+        reporter.log(
+            f"warning: point {point.index + 1}/{len(sweep.points)} ({point.label()}): its run "
+            f"{row.run_id} was deleted while the sweep ran; left out of the ranking (run the "
+            "sweep again to train it anew)"
+        )
+    # The delete of the study's last run left removes the study's directory with it: made
+    # again for the figures (it failed "cannot use .../study-N/val_error.png").
+    directory.mkdir(parents=True, exist_ok=True)
     groups = summary.group_rows(rows)
     winner = summary.winner(rows, groups)
     keep_winner_weights(store, rows, winner, reporter)
@@ -598,4 +640,5 @@ def run_sweep(
         summary.axis_winners(groups, sweep.axes),
         str(directory),
         elsewhere,
+        deleted,
     )
