@@ -33,7 +33,13 @@ from dlperf.distill import pool, pretrain, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, TeacherRow, best
 from dlperf.engine import pretrained
-from dlperf.engine.build import as_run, check_profile_fits, check_unrecorded
+from dlperf.engine.build import (
+    as_run,
+    build_checked,
+    check_profile_fits,
+    check_unrecorded,
+    checked_alike,
+)
 from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
 from dlperf.formatting import few
@@ -124,8 +130,18 @@ def plan(job: DistillJob, store: RunStore, reporter: Reporter | None = None) -> 
     student = opts.student or exp.model.name
     kwargs = exp.model.kwargs if student == exp.model.name else {}
     model = {"name": student, "kwargs": kwargs, "weights": None, "transfer": "scratch"}
-    _check_stages(base, labelled, model, opts, given is None, store)
+    teacher_model = _check_stages(base, labelled, model, opts, given is None, store)
     unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled, reporter)
+    # The teacher at the batch sizes it will score the pool at, which no check tried: a
+    # forward wrong there failed only at scoring, after the teacher and the baseline trained.
+    scoring = len(unlabeled.images), opts.score_batch
+    if teacher_model is not None:
+        what = f"'{base.model.name}'"  # as `run` names it: no run yet
+        teacher.check_scoring_batches(teacher_model, what, labelled.shape, *scoring)
+    else:  # --teacher's, with its weights, as it will score
+        assert given is not None
+        trained = teacher.build(given, store, torch.device("cpu"))
+        teacher.check_scoring_batches(trained, teacher.named(given), given.shape, *scoring)
     # Before the teacher trains: a K whose pretrain stage cannot run was refused only then.
     pretrain.check_plan(opts, len(unlabeled.images), labelled.num_classes, base.target.accuracy)
     pretrain.check_profile(opts, len(unlabeled.images), labelled.num_classes, base)
@@ -140,7 +156,7 @@ def _check_stages(
     opts: DistillConfig,
     trains_teacher: bool,
     store: RunStore,
-) -> None:
+) -> torch.nn.Module | None:
     """Refuse, before the study is made, what `dlperf run` refuses of a run before recording
     it (a batch larger than the training split, target.accuracy without a validation split, a
     training split of one class, a model that does not build or take the batch, ...), for
@@ -148,10 +164,17 @@ def _check_stages(
     (the `student` model), on the `labelled` data every such stage trains on. Left to the
     stages' runs, these were refused after the study and its folder were made, which stayed
     empty. The fine-tuning is the baseline's model and data, but its own epochs: held to
-    run.profile's window here, as the runs are."""
+    run.profile's window here, as the runs are. Returns the teacher's model as checked (None
+    with --teacher), for its scoring's batch sizes once the pool is read."""
     built: set[str] = set()  # a student of the teacher's model and recipe is built once
+    teacher_model = None
     if trains_teacher:
-        check_unrecorded(base, labelled, pretrained.resolve(base.model, store), built)
+        # check_unrecorded's checks but its build, told it is done; then that build
+        # (build_checked, its own), kept rather than built again for the scoring's checks
+        key = checked_alike(base)
+        check_unrecorded(base, labelled, pretrained.resolve(base.model, store), {key})
+        teacher_model = build_checked(base, labelled, torch.device("cpu"))
+        built.add(key)
     check_unrecorded(_derive(base, model=student), labelled, None, built)
     epochs = opts.finetune_epochs or base.train.epochs
     try:
@@ -161,6 +184,7 @@ def _check_stages(
             f"the finetune stage (distill.finetune_epochs = {epochs}): {e.message}",
             "lower run.warmup_steps or run.profile.active, or raise distill.finetune_epochs",
         ) from None
+    return teacher_model
 
 
 def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment) -> None:

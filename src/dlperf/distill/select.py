@@ -32,10 +32,15 @@ def _descending(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def select(scores: torch.Tensor, top_k: int, top_p: int) -> Selection:
-    """The selection of `scores` (images x classes, e.g. softmax outputs)."""
+    """The selection of `scores` (images x classes, e.g. softmax outputs), all finite."""
     n, classes = scores.shape
     if top_k < 1 or not 1 <= top_p <= classes:
         raise ValueError(f"top_k {top_k} must be >= 1 and top_p {top_p} in 1..{classes}")
+    # A NaN sorts above every score: an image of NaN scores was kept first, for its first
+    # class, unsaid (teacher.score refuses such scores before they come here).
+    bad = int((~torch.isfinite(scores)).any(dim=1).sum())
+    if bad:
+        raise ValueError(f"scores must be finite: {bad} of the {n} images have NaN or inf")
     eligible = torch.zeros(n, classes, dtype=torch.bool, device=scores.device)
     eligible.scatter_(1, _descending(scores, dim=1)[:, :top_p], True)
     index, label, kept = [], [], []

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from dlperf.config import Experiment, ModelConfig, stored_experiment
 from dlperf.engine import checkpoint, pretrained
+from dlperf.engine.checks import check_dense, check_float, check_run_batch
 from dlperf.errors import UserError
 from dlperf.experiment.run import model_file_kept
 from dlperf.models import create_model
@@ -70,10 +73,38 @@ class Scores:
     device: torch.device  # where the teacher ran
 
 
-def score(
-    teacher: Teacher, store: RunStore, images: torch.Tensor, device: torch.device, batch: int
-) -> Scores:
-    """The teacher's softmax scores of `images` (uint8), preprocessed as it was trained."""
+def named(teacher: Teacher) -> str:
+    """How a check names the teacher's model: "'smallcnn' of teacher run 3"."""
+    return f"'{teacher.exp.model.name}' of teacher run {teacher.run_id}"
+
+
+def scoring_batches(images: int, batch: int) -> dict[int, str]:
+    """The batch sizes `score` gives the teacher for a pool of `images` at distill.score_batch
+    `batch`, and what each is, in the words the checks say it in: `batch` (the whole pool
+    where it is smaller) and the pool's last batch, which is kept whole."""
+    if images <= batch:
+        whole = f"the {images} unlabelled image{'s' * (images != 1)} in one batch"
+        return {images: f"distill's scoring: {whole}"}
+    sizes = {batch: "distill's scoring, distill.score_batch"}
+    if images % batch:
+        last = f"distill's scoring: the last batch of the {images} unlabelled images"
+        sizes[images % batch] = last
+    return sizes
+
+
+def check_scoring_batches(
+    model: nn.Module, what: str, shape: Sequence[int], images: int, batch: int
+) -> None:
+    """`model` (`what`, as `run` names a model: "'smallcnn'") must return one dense row of
+    scores per image at the batch sizes it scores a pool of `images` at (`scoring_batches`),
+    tried on the CPU before anything is stored, as `run` tries its batch sizes: no check had
+    tried them, and scoring is after the teacher (and the baseline) trained."""
+    for size, where in scoring_batches(images, batch).items():
+        check_run_batch(model, size, shape, what, torch.device("cpu"), where)
+
+
+def build(teacher: Teacher, store: RunStore, device: torch.device) -> nn.Module:
+    """The teacher's model with its trained weights and buffers, in eval mode on `device`."""
     cfg = teacher.exp.model
     model = create_model(
         cfg.name,
@@ -92,13 +123,63 @@ def score(
     # The model as it trained: a forward reading a non-persistent buffer training changed
     # (a count of steps) scored the pool with its starting value.
     checkpoint.restore_buffers(model, weights.buffers)
-    model.to(device).eval()
+    return model.to(device).eval()
+
+
+def _checked(output: object, images: int, classes: int, what: str, where: str) -> torch.Tensor:
+    """The teacher's (`what`'s) `output` for a batch of `images` (`where`), refused as a
+    run's scores are unless it is one dense row of `classes` float scores per image: a
+    sparse one failed in the softmax's traceback, and rows short of the images were taken as
+    they came, each image's scores another's. Read for its kind and shape only (no value,
+    which would wait for the device inside the timed passes)."""
+    returns = f"model {what} for a batch of {images} images ({where}) returns"
+    expected = f"one row of scores per image, [{images}, {classes}]"
+    if not isinstance(output, torch.Tensor):
+        raise UserError(
+            f"{returns} a {type(output).__name__}; expected {expected}",
+            "return the class scores alone",
+        )
+    check_dense(output, returns, expected)
+    check_float(output, returns)
+    if list(output.shape) != [images, classes]:
+        raise UserError(
+            f"model {what} returns shape {list(output.shape)} for a batch of {images} images "
+            f"({where}); expected {expected}",
+            "take the batch from the input and keep it: x.flatten(1), not .squeeze() (which "
+            "drops a batch of one) nor a slice of the batch",
+        )
+    return output
+
+
+def _check_finite(teacher: Teacher, scores: torch.Tensor, batch: int) -> None:
+    """Refuse `scores` of which a row is NaN or inf (a NaN or inf score makes its softmax
+    row NaN): the selection read a NaN row as class 0's best, silently."""
+    bad = int((~torch.isfinite(scores).all(dim=1)).sum())
+    if bad:
+        raise UserError(
+            f"teacher run {teacher.run_id} (model '{teacher.exp.model.name}') gives NaN or "
+            f"inf scores for {bad} of the {len(scores)} unlabelled images: there is no "
+            "selection to make from them",
+            f"look at its forward for these images at distill.score_batch {batch}, or give "
+            "--teacher another run",
+        )
+
+
+def score(
+    teacher: Teacher, store: RunStore, images: torch.Tensor, device: torch.device, batch: int
+) -> Scores:
+    """The teacher's softmax scores of `images` (uint8), preprocessed as it was trained; each
+    batch's output checked as a run's scores are, and every score finite."""
+    model = build(teacher, store, device)
     mean = torch.tensor(teacher.mean, device=device).view(-1, 1, 1)
     std = torch.tensor(teacher.std, device=device).view(-1, 1, 1)
+    sizes = scoring_batches(len(images), batch)
+    what = named(teacher)
 
     def forward(chunk: torch.Tensor) -> torch.Tensor:
         x = (chunk.to(device, non_blocking=True).float() / 255 - mean) / std
-        return torch.softmax(model(x).float(), dim=1)
+        output = _checked(model(x), len(chunk), teacher.classes, what, sizes[len(chunk)])
+        return torch.softmax(output.float(), dim=1)
 
     chunks = torch.split(images, batch)
     with torch.inference_mode():
@@ -107,4 +188,6 @@ def score(
         timer.start()
         out = [forward(chunk) for chunk in chunks]
         seconds = timer.stop()
-    return Scores(torch.cat(out).cpu(), seconds, len(images) / seconds, device)
+    scores = torch.cat(out).cpu()
+    _check_finite(teacher, scores, batch)
+    return Scores(scores, seconds, len(images) / seconds, device)
