@@ -78,5 +78,5 @@ def test_a_points_model_raising_in_the_checks_is_named_by_its_point(
     assert done.code == 1, done.err
     first = done.err.splitlines()[0]
     assert first == f"error: sw.toml point 2 (model.name=m.py:{bad}): the model raised {raised}"
-    assert "/m.py\", line" in done.err  # the model's frames, as run shows them
+    assert '/m.py", line' in done.err  # the model's frames, as run shows them
     assert store.list_runs() == []
