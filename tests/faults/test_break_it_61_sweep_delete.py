@@ -8,15 +8,20 @@ a `--jobs 1` sweep trains in its own process stopped the whole sweep, whose only
 "sweep study 1 stopped; continue it ...", no word of the delete that stopped it.
 
 Now the sweep's end leaves a point whose run is gone out of the ranking in one warning line
-and exits 1, as for a point that did not finish; and a sweep a delete stopped says so first,
-naming the delete's pid and the run it deletes (the sweep still stops: its point trains in
-its own process).
+and exits 1, as for a point that did not finish; and a `--jobs 1` sweep a delete stopped says so
+first, naming the delete's pid and the run it deletes (the sweep still stops: its point
+trains in its own process). Under `--jobs N` the delete stops that point's worker alone, as
+before, but the sweep recorded the point killed in a run it made anew for it ("sweep worker
+stopped by SIGTERM"), the deleted point back in the store: now the point is said to be
+stopped by the delete, and no run is made for it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ import pytest
 from dlperf.store import RunStore, query
 from dlperf.sweep import runner
 from tests.conftest import TINY, CliResult
-from tests.faults.test_store_faults import _ended, _parked
+from tests.faults.test_store_faults import DEADLINE_S, _ended, _parked
 
 Cli = Callable[..., CliResult]
 
@@ -103,3 +108,38 @@ def test_runs_delete_force_of_a_jobs_1_point_says_it_stopped_the_sweep(
         "sweep study 1 stopped; continue it (the points that finished are skipped): "
         f"dlperf --db {db} sweep sw.toml --resume 1",
     ], lines
+
+
+@pytest.mark.faults
+def test_runs_delete_force_of_a_jobs_2_point_makes_no_run_anew(db: str, tmp_path: Path) -> None:
+    """Both workers parked at their first step: the delete stops one, the sweep says why and
+    makes no run for it; a stop of the sweep then ends the other."""
+    _write(tmp_path)
+    proc = _parked(tmp_path, db, ["sweep", "sw.toml", "--jobs", "2"], 1, "sw.txt")
+    store = RunStore.open(db)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(running := [r for r in store.list_runs() if r.status == "running"]) < 2:
+            assert time.monotonic() < deadline, (tmp_path / "sw.txt").read_text()
+            time.sleep(0.1)
+        run = store.get_run(min(r.id for r in running))
+        point = 1 if run.config["train"]["lr"] == 0.1 else 2
+        query.stop(store, [run])
+        store.delete_runs([run.id], force=True)
+        said = (
+            f"point {point}/2 killed: `dlperf runs delete` (pid {os.getpid()}) is deleting its "
+            f"run {run.id}"
+        )
+        while f"point {point}/2 killed" not in (err := (tmp_path / "sw.txt").read_text()):
+            assert proc.is_alive() and time.monotonic() < deadline, err
+            time.sleep(0.1)
+        assert said in err.splitlines(), err
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGTERM)
+        assert _ended(proc) == 143
+        other = max(r.id for r in running)
+        assert [(r.id, r.status) for r in store.list_runs()] == [(other, "killed")]
+    finally:
+        proc.kill()
+        proc.join()
+        store.engine.dispose()

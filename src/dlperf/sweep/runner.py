@@ -238,6 +238,26 @@ def run_point(
         return record_failure(store, exp, study_id, since, failure(e))
 
 
+def being_deleted(
+    store: RunStore, exp: Experiment, study_id: int, since: int
+) -> tuple[int, int] | None:
+    """After a stop of the point `exp`: its run and the pid of the `runs delete --force` that
+    stopped it to delete it; None for any other stop. Read while the delete has not removed
+    the run yet, as `run` reads its own (a run already gone cannot be told from a point
+    stopped before it made one)."""
+    from dlperf.store.query import deleted_by
+
+    run = _own_run(store, exp, study_id, since)
+    if run is None or (deleter := deleted_by(run)) is None:
+        return None
+    return run.id, deleter
+
+
+def deleting_line(run_id: int, deleter: int) -> str:
+    """Why a point `being_deleted` stopped, as `run` says it of its run."""
+    return f"`dlperf runs delete` (pid {deleter}) is deleting its run {run_id}"
+
+
 def failure(e: Exception) -> str:
     """A point's error as stored, the same under --jobs 1 and from a worker (dlperf.sweep.
     worker). A store gone mid-run left its run `running`; it is marked failed here once the
@@ -371,16 +391,12 @@ class SweepRun:
         """After a stop of a point run here: when `runs delete --force` stopped it to delete
         its run, say so. The point trains in this process, so that stop ends the whole sweep
         (a stop signal cannot be told to end one point only), and the sweep's stop line alone
-        told to continue it, as if Ctrl-C had. Said while the delete has not removed the run
-        yet, as `run` says it (a run already gone cannot be told from a point never begun)."""
-        from dlperf.store.query import deleted_by
-
-        run = _own_run(self.store, exp, self.study_id, self.since)
-        if run is not None and (deleter := deleted_by(run)) is not None:
+        told to continue it, as if Ctrl-C had."""
+        if (deleting := being_deleted(self.store, exp, self.study_id, self.since)) is not None:
             self.reporter.log(
-                f"point {point.index + 1}/{len(self.sweep.points)} stopped: `dlperf runs "
-                f"delete` (pid {deleter}) is deleting its run {run.id}, which stops the sweep "
-                "(--jobs 1 trains each point in the sweep's own process)"
+                f"point {point.index + 1}/{len(self.sweep.points)} stopped: "
+                f"{deleting_line(*deleting)}, which stops the sweep (--jobs 1 trains each "
+                "point in the sweep's own process)"
             )
 
     def run_parallel(self, todo: list[Point], jobs: int) -> None:
@@ -432,6 +448,12 @@ class SweepRun:
         path = child.directory / "result.json"
         if path.is_file():
             said = json.loads(path.read_text())
+            if "deleted" in said:
+                # Stopped by `runs delete --force` (the worker said so as it stopped): its run
+                # is being deleted, not one to record killed (it was made again as a new run,
+                # "sweep worker stopped by SIGTERM"); the sweep's end leaves it out.
+                line = deleting_line(said["deleted"], said["deleter"])
+                return SweepPointResult(said["deleted"], "killed", line)
             if "run_id" in said:
                 return SweepPointResult.from_dict(said)
             # The worker's UserError, which it could not store (the store refused it, or was

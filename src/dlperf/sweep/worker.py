@@ -19,6 +19,7 @@ the sweep stores `killed` as well (dlperf.sweep.runner.stopped).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -36,13 +37,23 @@ def main(argv: list[str]) -> int:
     from dlperf.paths import atomic_write
     from dlperf.progress import NullReporter
     from dlperf.store import RunStore
-    from dlperf.sweep.runner import failure, run_point
+    from dlperf.sweep.runner import being_deleted, failure, run_point
 
     config, result, study_id, since = argv
     try:
         exp = build_experiment(json.loads(Path(config).read_text()), config)
         store = RunStore.open(os.environ.get("DLPERF_DB"))
-        point = run_point(exp, store, int(study_id), int(since), NullReporter())
+        try:
+            point = run_point(exp, store, int(study_id), int(since), NullReporter())
+        except KeyboardInterrupt:
+            # Stopped by `runs delete --force`: said to dlperf, which would otherwise record
+            # the point killed in a run made anew for it. The study's directory may be gone
+            # with the run (the study's last): then the stop is recorded as any other.
+            with stopping.spared(), contextlib.suppress(OSError):
+                if (deleting := being_deleted(store, exp, int(study_id), int(since))) is not None:
+                    said = {"deleted": deleting[0], "deleter": deleting[1]}
+                    atomic_write(Path(result), json.dumps(said))
+            raise
     except UserError as e:
         if interrupted(e):  # a stop that surfaced as another error: the stop it is
             raise KeyboardInterrupt from e
