@@ -2220,7 +2220,9 @@ def other_dtype(model: nn.Module, fed: torch.dtype) -> tuple[str, str] | None:
     """Where `model`'s floating parameters are not of the dtype it is `fed`: their dtype
     ("float64") and how they are named in a refusal ("parameters", or the first of them where
     some are of `fed`); None where all are of `fed`. analyze's and run's refusals alike."""
-    floating = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    floating = [
+        (n, p) for n, p in model.named_parameters() if p.is_floating_point() or p.is_complex()
+    ]
     other = [(n, p) for n, p in floating if p.dtype != fed]
     if not other:
         return None

@@ -341,7 +341,8 @@ def not_float32(
     error blamed the images. None otherwise: a model of mixed dtypes may fail for its shapes.
     `precision` (run.precision) is the run's: one in half precision already is told that it
     casts the model, not to be set; None (export, which does not train) says neither."""
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    # Complex ones too: a complex64 weight beside float32 ones was blamed on the images.
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point() or p.is_complex()}
     if not dtypes:
         return None
     if torch.float32 in dtypes:
