@@ -1220,6 +1220,11 @@ def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
             # that is not UTF-8".
             held = "a byte that is not UTF-8" if undecodable else unprintable(value)
             raise UserError(f"runs tag {pair!r}: the value holds {held}", "give printable text")
+        if key == DELETING_TAG:  # set and taken back by `runs delete --force` alone (`stop`)
+            raise UserError(
+                f"runs tag: {key} is dlperf's own mark of a run `runs delete --force` is deleting",
+                "tag the run with a key of your own",
+            )
         if key in tags:
             raise UserError(f"runs tag: {key} is given twice")
         tags[key] = value.strip() or None
