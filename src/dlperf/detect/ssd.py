@@ -214,9 +214,14 @@ def build(
         raise OtherClasses(weights, name, held, num_classes)
     labels = labels or default_labels(num_classes)
     if len(labels) != num_classes:
+        # Counted as the user gave them: a labels file's names get "__background__" put first
+        # (`read_labels`), and "4 labels" was said of a file of 3 names.
+        names = len(labels) - (labels[0] == "__background__")
         raise UserError(
-            f"{len(labels)} labels for {num_classes} classes",
-            "the labels list background first, one name per class id",
+            f"{names} class name{'s' * (names != 1)} for a detector of {num_classes - 1} "
+            f"class{'es' * (num_classes != 2)} besides the background",
+            f"give {num_classes - 1} name{'s' * (num_classes != 2)}, one a line in class id "
+            "order (a first line __background__ is taken as the background's)",
         )
     random = state is None and not pretrained
     try:
