@@ -115,7 +115,7 @@ def evaluate_recorded(
     # Opened only now: a refused set or option leaves no store made (a missing dlperf.db was).
     store = open_store()
     with detect_run(
-        store, "eval", root, det, detect, weights, device, threads, pretrained=pretrained
+        store, "eval", root, det, detect, weights, device, threads, run.name, pretrained=pretrained
     ) as record:
         started = time.perf_counter()
         data = voc.VocDataset(root, annotations, names)

@@ -293,10 +293,12 @@ def detect_run(
     weights: Path | None,
     device: torch.device,
     threads: int,
+    name: str | None = None,
     **extra: Any,
 ) -> AbstractContextManager[Recording]:
     """The run of `dlperf detect VERB`, its config the [detect] keys that apply (`detect`)
-    and the weights, recorded (killed or failed if it stops) as `store.new_run` does."""
+    and the weights, recorded (killed or failed if it stops) as `store.new_run` does; named
+    `name` (run.name) where given, else by the verb, the model and the data."""
     config = {
         "model": {"name": det.name},  # where `dlperf runs list` and `runs show` look
         "data": {"root": str(root)},
@@ -306,7 +308,7 @@ def detect_run(
         **extra,
     }
     return store.new_run(
-        name=f"{verb} {det.name} on {root.name}",
+        name=name or f"{verb} {det.name} on {root.name}",  # --set run.name was unsaid
         kind="detect",
         config=config,
         system=system_info(device, threads),
@@ -353,7 +355,9 @@ def finetune_recorded(
     val_data = voc.VocDataset(root, val_set, labels)
     config = stored_keys(job)
     store = open_store()  # only now: a refused set or option leaves no store made
-    with detect_run(store, "finetune", root, det, config, weights, device, threads) as record:
+    with detect_run(
+        store, "finetune", root, det, config, weights, device, threads, run.name
+    ) as record:
         batch = train_cfg.batch_size
         before = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
         sink = LossSink(store, record.id)
