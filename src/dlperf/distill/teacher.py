@@ -10,7 +10,7 @@ from torch import nn
 
 from dlperf.config import Experiment, ModelConfig, stored_experiment
 from dlperf.engine import checkpoint, pretrained
-from dlperf.engine.checks import check_dense, check_float, check_run_batch
+from dlperf.engine.checks import check_float, check_rows, check_run_batch
 from dlperf.errors import UserError
 from dlperf.experiment.run import model_file_kept
 from dlperf.models import create_model
@@ -132,22 +132,15 @@ def _checked(output: object, images: int, classes: int, what: str, where: str) -
     sparse one failed in the softmax's traceback, and rows short of the images were taken as
     they came, each image's scores another's. Read for its kind and shape only (no value,
     which would wait for the device inside the timed passes)."""
-    returns = f"model {what} for a batch of {images} images ({where}) returns"
-    expected = f"one row of scores per image, [{images}, {classes}]"
     if not isinstance(output, torch.Tensor):
         raise UserError(
-            f"{returns} a {type(output).__name__}; expected {expected}",
+            f"model {what} for a batch of {images} images ({where}) returns a "
+            f"{type(output).__name__}; expected one row of scores per image, [{images}, "
+            f"{classes}]",
             "return the class scores alone",
         )
-    check_dense(output, returns, expected)
-    check_float(output, returns)
-    if list(output.shape) != [images, classes]:
-        raise UserError(
-            f"model {what} returns shape {list(output.shape)} for a batch of {images} images "
-            f"({where}); expected {expected}",
-            "take the batch from the input and keep it: x.flatten(1), not .squeeze() (which "
-            "drops a batch of one) nor a slice of the batch",
-        )
+    check_rows(output, images, what, where, classes)
+    check_float(output, f"model {what} for a batch of {images} images ({where}) returns")
     return output
 
 

@@ -856,13 +856,23 @@ def check_run_batch(
     where = where or f"train.batch_size {batch_size}"
     refused = f"model {what} cannot take a batch of {batch_size} ({where})"
     output = dry_forward(model, shape, refused, device, batch=batch_size, what=f"model {what}")
+    check_rows(output, batch_size, what, where)
+
+
+def check_rows(
+    output: object, batch_size: int, what: str, where: str, classes: int | None = None
+) -> None:
+    """Refuse `output`, model `what`'s for a batch of `batch_size` images (`where`: "train.
+    batch_size 5"), unless it is one dense row of scores per image (of `classes` scores, where
+    given): a run's batch sizes (`check_run_batch`) and distill's scoring alike. Read for its
+    kind and shape only: no value, which would wait on the device."""
     images = f"{batch_size} image{'s' * (batch_size != 1)}"
-    expected = f"one row of scores per image, [{batch_size}, classes]"
+    expected = f"one row of scores per image, [{batch_size}, {classes or 'classes'}]"
     if isinstance(output, torch.Tensor):  # a nested one at this size only has no shape to read
         check_dense(output, f"model {what} for a batch of {images} ({where}) returns", expected)
-    if isinstance(output, torch.Tensor) and output.shape[:1] == (batch_size,):
-        return
-    if isinstance(output, torch.Tensor):
+        rows = output.shape[:1] == (batch_size,)
+        if rows and (classes is None or list(output.shape) == [batch_size, classes]):
+            return
         got = f"shape {list(output.shape)}"
     else:  # a dict or tuple the forward returns at this batch size only
         got = f"a {type(output).__name__}"
