@@ -61,6 +61,13 @@ def in_model_file(frame: FrameType) -> bool:
     return frame.f_builtins.get(MODEL_CODE) is True
 
 
+def in_import_hook(frame: FrameType) -> bool:
+    """Whether `frame` is the registry's `__import__` for model files (`registry._import`),
+    which stands for a model file's `import` statement: Python's own import shows no frame."""
+    name = frame.f_globals.get("__name__")
+    return name == "dlperf.models.registry" and frame.f_code.co_name == "_import"
+
+
 def error_text(e: BaseException) -> str:
     """`str(e)`, or `<str() failed>` where the exception's own __str__ raises: its text is
     formatted while it is being handled (the failed run's error, the CLI's line), where the

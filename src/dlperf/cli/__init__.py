@@ -31,6 +31,7 @@ from dlperf.errors import (
     UserError,
     error_text,
     exit_call,
+    in_import_hook,
     in_model_file,
     innermost,
     interrupted,
@@ -73,6 +74,10 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     """The frames of `e`'s traceback from the first in a user's model file on (its code and
     what it called); none when no frame is a model file's (dlperf's own fault)."""
     walked = list(traceback.walk_tb(e.__traceback__))
+    # A model file's `import` runs through the registry's hook (`_import`), whose frame
+    # stands for the import statement: Python shows no frame of its own import for it
+    while walked and in_import_hook(walked[-1][0]):
+        walked.pop()
     for index, (frame, _) in enumerate(walked):
         if in_model_file(frame):
             return list(traceback.StackSummary.extract(iter(walked[index:])))

@@ -135,10 +135,12 @@ def _read_base(path: Path, base: str) -> tuple[Path, dict[str, Any]]:
     candidates = [path.parent / base, Path(base)]
     found = next((candidate for candidate in candidates if candidate.exists()), None)
     if found is None:
+        # abspath, not resolve(): a NUL in `base` is no file, but resolve() raised. An
+        # absolute base is one path, looked for once
+        looked = dict.fromkeys(os.path.abspath(c) for c in candidates)
         raise UserError(
             f"{path}: base {base!r}: no such experiment file",
-            # abspath, not resolve(): a NUL in `base` is no file, but resolve() raised
-            f"looked for {candidates[0]} and {os.path.abspath(base)}",
+            f"looked for {' and '.join(looked)}",
         )
     try:
         raw = read_toml(found)
