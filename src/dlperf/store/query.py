@@ -902,6 +902,7 @@ def list_runs(
         store.get_study(study)  # an unknown study is an error, not an empty list
     # with `where`, filtered before the limit: the newest N runs that match
     runs = store.list_runs(kind=kind, study_id=study, limit=None if where else limit)
+    runs = [without_stale_mark(r) for r in runs]
     # a misspelt or empty kind, unless another run has it ('' listed every kind before)
     if kind is not None and not runs and kind not in KINDS:
         _check_kind(kind, store.list_runs())
@@ -1305,15 +1306,41 @@ POLL_S = 0.1
 DELETING_TAG = "dlperf.deleting"
 
 
+def deleter(mark: str | None) -> dict[str, Any] | None:
+    """The process (`this_process()`) a `DELETING_TAG` value names; None for no mark, or a
+    value `stop` did not write (a tag of that name set by hand before `runs tag` refused it)."""
+    try:
+        process = json.loads(mark or "null")
+    except ValueError:
+        return None
+    return process if isinstance(process, dict) else None
+
+
+def stale_mark(mark: str | None) -> bool:
+    """Whether a `DELETING_TAG` value is the mark of a delete known to be gone (its process
+    ended, on this host, or the machine rebooted since): a `runs delete --force` SIGKILLed
+    while it waited, which deleted nothing. Such a mark says nothing true of its run, and
+    the store's readers leave it out; one of a process that lives, or that cannot be told
+    from here (another host), is kept."""
+    process = deleter(mark)
+    return process is not None and process_alive(process) is False
+
+
+def without_stale_mark(run: RunRecord) -> RunRecord:
+    """`run` without a stale mark (`stale_mark`), as `RunStore` reads it: a listing read
+    through `sqlite3` alone (`reading.SqliteListing`, `runs list`'s fast way) has the tags as
+    stored."""
+    if not stale_mark(run.tags.get(DELETING_TAG)):
+        return run
+    return replace(run, tags={k: v for k, v in run.tags.items() if k != DELETING_TAG})
+
+
 def deleted_by(run: RunRecord) -> int | None:
     """The pid of the live process (`runs delete --force`) that stopped `run` to delete it,
     from the mark `stop` put on it; None for a run not so marked, or whose delete is gone
     (killed before it deleted: the run stays, to resume) or cannot be told from here."""
-    try:
-        process = json.loads(run.tags.get(DELETING_TAG) or "null")
-    except ValueError:  # a tag of that name set by hand
-        return None
-    if not isinstance(process, dict) or process_alive(process) is not True:
+    process = deleter(run.tags.get(DELETING_TAG))
+    if process is None or process_alive(process) is not True:
         return None
     pid = process.get("pid")
     return pid if isinstance(pid, int) else None
@@ -1389,7 +1416,7 @@ def stop(
     except BaseException:
         for run_id in marked:
             # The error said is the stop's: a mark left unremoved counts for nothing once
-            # this process ends (`deleted_by`).
+            # this process ends (`deleted_by`, `stale_mark`), and a resume removes it.
             with contextlib.suppress(Exception):
                 store.set_tags(run_id, {DELETING_TAG: None})
         raise

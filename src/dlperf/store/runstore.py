@@ -83,9 +83,12 @@ from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.query import (
     ABSENT,
+    DELETING_TAG,
     copy_delete_refusal,
+    deleter,
     from_experiment,
     no_such_run,
+    stale_mark,
     that_stores,
 )
 from dlperf.store.record import RUNNING, STATUSES, RunRecord, place_named, read_place
@@ -1617,7 +1620,10 @@ def _not_an_object(run: Run, column: str) -> UserError:
 
 def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
     """The tags of `run_ids`, by run, in key order; queried in chunks that stay well below
-    SQLite's limit on the parameters of one statement."""
+    SQLite's limit on the parameters of one statement. The mark of a `runs delete --force`
+    that is gone (`query.stale_mark`: SIGKILLed while it waited, it deleted nothing) is left
+    out: listed, shown, selected by --where and exported, it read as a delete under way of a
+    run that stays (and then runs again, resumed) for good. `take_over` removes it."""
     tags: dict[int, dict[str, str]] = {}
     ids = list(run_ids)
     for start in range(0, len(ids), 500):
@@ -1627,7 +1633,8 @@ def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
         # Sorted here, by code point as SQLite's ORDER BY: PostgreSQL's follows the database's
         # collation (en-US put `_x 1 a A` where SQLite has `1 A _x a`).
         for run_id, key, value in sorted(s.execute(query), key=operator.itemgetter(1)):
-            tags.setdefault(run_id, {})[key] = value
+            if key != DELETING_TAG or not stale_mark(value):
+                tags.setdefault(run_id, {})[key] = value
     return tags
 
 
@@ -2787,14 +2794,26 @@ class RunStore:
         again, owned by this process. Refused (UserError, see `writer_refusal`) while another
         process writes it, and when another process takes it over first: the update applies
         only to the run as it was read (owner, status, end), so of two processes that read it
-        at once the database lets one through."""
+        at once the database lets one through.
+
+        The mark of a `runs delete --force` (`query.DELETING_TAG`) goes with the take-over:
+        its delete is gone (SIGKILLed while it waited) or cannot be told from here, and the
+        resumed run is no run being deleted. While that delete lives the run is its to delete
+        (it does so once the run's process has marked it): refused."""
         with Session(self.engine) as s:
             run = _stored_run(s, run_id)
             owner, status, ended = run.owner, run.status, run.ended
             record = _record(run)
+            mark = s.scalar(select(Tag.value).where(Tag.run_id == run_id, Tag.key == DELETING_TAG))
         refusal = writer_refusal(record, self.writes_elsewhere(record))
         if refusal is not None:
             raise refusal
+        if (deleting := deleter(mark)) is not None and process_alive(deleting) is True:
+            pid = deleting.get("pid")
+            raise UserError(
+                f"run {run_id} is being deleted by `dlperf runs delete` (pid {pid}); not resumed",
+                f"let that delete end, or stop it (kill {pid}) to keep the run",
+            )
         me = this_process()
         system = (
             None if record.system is None else {**record.system, "process": self._writer_record(me)}
@@ -2814,6 +2833,12 @@ class RunStore:
                 raise UserError(
                     f"run {run_id} was taken over by another process just now",
                     f"see dlperf runs show {run_id}",
+                )
+            if mark is not None:  # only a mark as read: no live delete marks a stopped run
+                s.execute(
+                    delete(Tag).where(
+                        Tag.run_id == run_id, Tag.key == DELETING_TAG, Tag.value == mark
+                    )
                 )
 
     def claim(self, study_id: int, key: str) -> dict[str, Any] | None:
