@@ -160,12 +160,10 @@ def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
     """After Ctrl-C or SIGTERM: how to go on with this process's run, when it stopped (not
     finished) after reaching a checkpoint; or that it was stopped to be deleted, which no
     resume outlives."""
-    from dlperf.store.query import deleted_by
+    from dlperf.store.deleting import stopped_to_delete
 
-    if run is not None and (deleter := deleted_by(run)) is not None:
-        console.err_line(
-            f"run {run.id} stopped: `dlperf runs delete` (pid {deleter}) is deleting it"
-        )
+    if (deleting := stopped_to_delete(run)) is not None:
+        console.err_line(deleting)
     elif _resumable(run, store):
         console.err_line(
             f"run {run.id} stopped; continue it from its last checkpoint{_resume(run.id)}"

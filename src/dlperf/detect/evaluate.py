@@ -115,8 +115,9 @@ def evaluate_recorded(
     # Opened only now: a refused set or option leaves no store made (a missing dlperf.db was).
     store = open_store()
     with detect_run(
-        store, "eval", root, det, detect, weights, device, threads, run.name, pretrained=pretrained
-    ) as record:
+        store, "eval", root, det, detect, weights, device, threads, run.name, rep,
+        pretrained=pretrained,
+    ) as record:  # fmt: skip
         started = time.perf_counter()
         data = voc.VocDataset(root, annotations, names)
         predictions = predict(det, data, batch, device, rep)

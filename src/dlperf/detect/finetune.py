@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,6 +39,7 @@ from dlperf.experiment.sink import failed_softly
 from dlperf.parsing import one_line
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import RunResult
+from dlperf.store.deleting import telling_deleted
 from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
@@ -284,6 +285,7 @@ def stored_keys(job: DetectJob) -> dict[str, Any]:
     }
 
 
+@contextmanager
 def detect_run(
     store: RunStore,
     verb: str,
@@ -294,11 +296,13 @@ def detect_run(
     device: torch.device,
     threads: int,
     name: str | None = None,
+    reporter: Reporter | None = None,
     **extra: Any,
-) -> AbstractContextManager[Recording]:
+) -> Iterator[Recording]:
     """The run of `dlperf detect VERB`, its config the [detect] keys that apply (`detect`)
     and the weights, recorded (killed or failed if it stops) as `store.new_run` does; named
-    `name` (run.name) where given, else by the verb, the model and the data."""
+    `name` (run.name) where given, else by the verb, the model and the data. A stop by `runs
+    delete --force` is told to `reporter` as `run` tells it: it ended with no word at all."""
     config = {
         "model": {"name": det.name},  # where `dlperf runs list` and `runs show` look
         "data": {"root": str(root)},
@@ -307,12 +311,18 @@ def detect_run(
         "weights": str(weights) if weights else None,
         **extra,
     }
-    return store.new_run(
-        name=name or f"{verb} {det.name} on {root.name}",  # --set run.name was unsaid
-        kind="detect",
-        config=config,
-        system=system_info(device, threads),
-    )
+    said = (reporter or NullReporter()).log
+    with (
+        store.new_run(
+            name=name or f"{verb} {det.name} on {root.name}",  # --set run.name was unsaid
+            kind="detect",
+            config=config,
+            system=system_info(device, threads),
+        ) as record,
+        # inside the recording: read before the stop marks the run killed
+        telling_deleted(store, lambda: [record.id], said),
+    ):
+        yield record
 
 
 def finetune_recorded(
@@ -356,7 +366,7 @@ def finetune_recorded(
     config = stored_keys(job)
     store = open_store()  # only now: a refused set or option leaves no store made
     with detect_run(
-        store, "finetune", root, det, config, weights, device, threads, run.name
+        store, "finetune", root, det, config, weights, device, threads, run.name, rep
     ) as record:
         batch = train_cfg.batch_size
         before = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from dlperf.paths import not_regular, replaced, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FINISHED, Record, RunSummary
 from dlperf.store import RunStore
+from dlperf.store.deleting import telling_deleted
 from dlperf.store.names import Made, at_most, check_made_names, given
 from dlperf.store.studies import choose_study
 from dlperf.system import pick_device, set_threads, system_info
@@ -505,7 +507,24 @@ def run_distill(
     result = DistillResult(
         study_id, p.name, None, None, [], None, p.labelled.classes, p.pool.spec, str(directory)
     )
+    # A stage stopped by `runs delete --force` says so before the study's stop line, as
+    # `run` says it of its run: "continue it" alone read as if Ctrl-C had stopped it.
+    with telling_deleted(store, lambda: _written_last(store, study_id), reporter.log):
+        return _stages(study, result)
 
+
+def _written_last(store: RunStore, study_id: int) -> list[int]:
+    """The newest run of the study that this process wrote: the stage a stop cut, if any."""
+    for run in store.list_runs(study_id=study_id):  # newest first
+        if (run.process or {}).get("pid") == os.getpid():
+            return [run.id]
+    return []
+
+
+def _stages(study: _Study, result: DistillResult) -> DistillResult:
+    """Train (or reuse) the study's stages: the teacher, the baseline, then each K's student,
+    until one does not finish."""
+    p, store = study.plan, study.store
     given, reused = p.given, True
     if given is None:
         run = study.stage("teacher", p.teacher_exp(), {})

@@ -65,6 +65,7 @@ from dlperf.formatting import few
 from dlperf.paths import replaced, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore
+from dlperf.store.deleting import say_deleted
 from dlperf.system import system_info, usable_cores
 
 WORKER_MODULE = "dlperf.distributed.worker"
@@ -146,6 +147,12 @@ class Study:
         return self
 
     def __exit__(self, *exc: Any) -> bool | None:
+        if isinstance(exc[1], KeyboardInterrupt):
+            # A point stopped by `runs delete --force` says so, as `run` does, read before
+            # its run is marked killed (the delete waits for that, then deletes it): the
+            # study's stop line alone read as Ctrl-C's.
+            ids = [run.id for _, run in self.records.values()]
+            say_deleted(self.store, ids, self.reporter.log)
         return self.open_runs.__exit__(*exc)
 
     def per_node(self, point: Point) -> int:

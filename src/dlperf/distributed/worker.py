@@ -68,8 +68,16 @@ from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import ModelGrew, TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
-from dlperf.errors import UserError, memory_limit, model_exited, out_of_memory
+from dlperf.errors import (
+    UserError,
+    error_text,
+    in_model_file,
+    memory_limit,
+    model_exited,
+    out_of_memory,
+)
 from dlperf.models.transfer import set_train_mode
+from dlperf.parsing import one_line
 from dlperf.paths import atomic_write
 from dlperf.procs import restore_safepath
 from dlperf.system import peak_memory_bytes, synchronize
@@ -596,6 +604,23 @@ def fail_in_one_line(directory: Path, rank: int, line: str) -> NoReturn:
     os._exit(1)
 
 
+def model_raised(e: BaseException, rank: int) -> str | None:
+    """The point's error where `e` came out of the user's model file (its forward raised, on
+    this rank alone or on every rank): "worker rank R failed: the model raised ...", then the
+    frames from the model file's first on, as `dlperf run` says a model's error; None where
+    no frame is the model file's. The error's last traceback lines were DDP's and torch's
+    Module frames above the model's, read as a fault of torch's or dlperf's."""
+    walked = list(traceback.walk_tb(e.__traceback__))
+    first = next((i for i, (frame, _) in enumerate(walked) if in_model_file(frame)), None)
+    if first is None:
+        return None
+    text = error_text(e)  # a model's exception whose own __str__ raises is told too
+    said = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    frames = traceback.format_list(traceback.StackSummary.extract(iter(walked[first:])))
+    head = f"worker rank {rank} failed: the model raised {one_line(said)}"
+    return "\n".join([head, *(frame.rstrip("\n") for frame in frames)])
+
+
 @record
 def main(argv: list[str] | None = None) -> None:
     restore_safepath()
@@ -637,6 +662,9 @@ def main(argv: list[str] | None = None) -> None:
             if not its_batch:  # the limit's: the point failed, not for its batch's memory
                 fail_in_one_line(directory, rank, line)
             (directory / f"rank-{rank}.oom").write_text(line)
+        elif (raised := model_raised(e, rank)) is not None:
+            traceback.print_exc()  # the whole of it stays in the launch's log
+            fail_in_one_line(directory, rank, raised)
         # Tearing down the process group, or freeing DDP's reducer at exit, can abort this
         # process (SIGABRT, seen on a busy host), and a rank killed by a signal is blamed
         # before the rank that failed first.

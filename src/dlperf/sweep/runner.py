@@ -37,6 +37,7 @@ from dlperf.paths import error_line
 from dlperf.procs import POLL_S, Supervisor, ended_how, process_alive, stop_codes
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
+from dlperf.store.deleting import deleting_its_run
 from dlperf.store.names import given
 from dlperf.store.record import RunRecord
 from dlperf.store.studies import choose_study, studies_named
@@ -253,11 +254,6 @@ def being_deleted(
     return run.id, deleter
 
 
-def deleting_line(run_id: int, deleter: int) -> str:
-    """Why a point `being_deleted` stopped, as `run` says it of its run."""
-    return f"`dlperf runs delete` (pid {deleter}) is deleting its run {run_id}"
-
-
 def failure(e: Exception) -> str:
     """A point's error as stored, the same under --jobs 1 and from a worker (dlperf.sweep.
     worker). A store gone mid-run left its run `running`; it is marked failed here once the
@@ -395,7 +391,7 @@ class SweepRun:
         if (deleting := being_deleted(self.store, exp, self.study_id, self.since)) is not None:
             self.reporter.log(
                 f"point {point.index + 1}/{len(self.sweep.points)} stopped: "
-                f"{deleting_line(*deleting)}, which stops the sweep (--jobs 1 trains each "
+                f"{deleting_its_run(*deleting)}, which stops the sweep (--jobs 1 trains each "
                 "point in the sweep's own process)"
             )
 
@@ -452,7 +448,7 @@ class SweepRun:
                 # Stopped by `runs delete --force` (the worker said so as it stopped): its run
                 # is being deleted, not one to record killed (it was made again as a new run,
                 # "sweep worker stopped by SIGTERM"); the sweep's end leaves it out.
-                line = deleting_line(said["deleted"], said["deleter"])
+                line = deleting_its_run(said["deleted"], said["deleter"])
                 return SweepPointResult(said["deleted"], "killed", line)
             if "run_id" in said:
                 return SweepPointResult.from_dict(said)
