@@ -68,6 +68,18 @@ def in_import_hook(frame: FrameType) -> bool:
     return name == "dlperf.models.registry" and frame.f_code.co_name == "_import"
 
 
+def model_frames(e: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of `e`'s traceback from the first in a user's model file on (its code and
+    what it called); none when no frame is a model file's (dlperf's own fault)."""
+    walked = list(traceback.walk_tb(e.__traceback__))
+    while walked and in_import_hook(walked[-1][0]):
+        walked.pop()
+    for index, (frame, _) in enumerate(walked):
+        if in_model_file(frame):
+            return list(traceback.StackSummary.extract(iter(walked[index:])))
+    return []
+
+
 def error_text(e: BaseException) -> str:
     """`str(e)`, or `<str() failed>` where the exception's own __str__ raises: its text is
     formatted while it is being handled (the failed run's error, the CLI's line), where the

@@ -106,7 +106,7 @@ def test_a_models_own_exception_on_one_rank_is_named_on_the_points_first_line(
 ) -> None:
     r = cli(*_args(_experiment(tmp_path, SHARD_LOST), 8))
     assert r.code == 1, r.err
-    said = "worker rank 1 failed: ShardLost: shard 7 went away"
+    said = "worker rank 1 failed: the model raised ShardLost: shard 7 went away"
     assert _said(f"failed: {said}", r.err), r.err
     error = _failed_point(db).splitlines()
     assert error[0] == said, error

@@ -31,10 +31,10 @@ from dlperf.errors import (
     UserError,
     error_text,
     exit_call,
-    in_import_hook,
     in_model_file,
     innermost,
     interrupted,
+    model_frames,
     noted_where,
     out_of_memory,
 )
@@ -70,26 +70,12 @@ def _foreign_caller(e: SystemExit) -> str | None:
     return f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
 
 
-def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
-    """The frames of `e`'s traceback from the first in a user's model file on (its code and
-    what it called); none when no frame is a model file's (dlperf's own fault)."""
-    walked = list(traceback.walk_tb(e.__traceback__))
-    # A model file's `import` runs through the registry's hook (`_import`), whose frame
-    # stands for the import statement: Python shows no frame of its own import for it
-    while walked and in_import_hook(walked[-1][0]):
-        walked.pop()
-    for index, (frame, _) in enumerate(walked):
-        if in_model_file(frame):
-            return list(traceback.StackSummary.extract(iter(walked[index:])))
-    return []
-
-
 def _said_as_models(e: BaseException, own: bool = False) -> bool:
     """Tell `e` as the model's error, with its frames, where its traceback goes through a
     user's model file (the user's own bug: where to look is their code, not dlperf's or
     Typer's); False otherwise. `own`: not where dlperf's own code raised it, called from the
     model (its print to a closed standard output is the system's, told by its file)."""
-    frames = _model_frames(e)
+    frames = model_frames(e)
     if not frames or (own and Path(frames[-1].filename).is_relative_to(_PACKAGE)):
         return False
     text = error_text(e)  # a model's exception whose own __str__ raises is told too

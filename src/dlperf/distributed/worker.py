@@ -71,9 +71,9 @@ from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_lo
 from dlperf.errors import (
     UserError,
     error_text,
-    in_model_file,
     memory_limit,
     model_exited,
+    model_frames,
     out_of_memory,
 )
 from dlperf.models.transfer import set_train_mode
@@ -610,13 +610,11 @@ def model_raised(e: BaseException, rank: int) -> str | None:
     frames from the model file's first on, as `dlperf run` says a model's error; None where
     no frame is the model file's. The error's last traceback lines were DDP's and torch's
     Module frames above the model's, read as a fault of torch's or dlperf's."""
-    walked = list(traceback.walk_tb(e.__traceback__))
-    first = next((i for i, (frame, _) in enumerate(walked) if in_model_file(frame)), None)
-    if first is None:
+    if not (walked := model_frames(e)):
         return None
     text = error_text(e)  # a model's exception whose own __str__ raises is told too
     said = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    frames = traceback.format_list(traceback.StackSummary.extract(iter(walked[first:])))
+    frames = traceback.format_list(walked)
     head = f"worker rank {rank} failed: the model raised {one_line(said)}"
     return "\n".join([head, *(frame.rstrip("\n") for frame in frames)])
 
