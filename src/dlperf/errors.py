@@ -227,7 +227,8 @@ def _present(backend: str) -> bool:
 def raised_by_model(e: BaseException) -> bool:
     """Whether the model's own code raised `e`: an exception of a class a model file defines,
     or one a `raise` or `assert` in a model file raised, or an error of Python's own
-    (PYTHONS_OWN) raised on the way through a model file's code. Anything else was raised
+    (PYTHONS_OWN) raised on the way through a model file's code, or a KeyError or ValueError
+    Python raised at the model file's own line. Anything else was raised
     inside torch (or a library the model calls), or came out of a torch operation the model's
     code called: an operation refusing the input's shape or dtype, or a layer refusing its
     arguments, which is the input's fault. A model file's modules are the file and those
@@ -244,10 +245,17 @@ def raised_by_model(e: BaseException) -> bool:
         return False
     # The innermost frame is the model file's: a RuntimeError raised by `x.view(...)` there
     # stops at the call, one the model raises itself at a raise instruction.
-    return any(
-        i.offset == tb.tb_lasti and i.opname == "RAISE_VARARGS"
-        for i in dis.get_instructions(tb.tb_frame.f_code)
+    at = next(
+        (i.opname for i in dis.get_instructions(tb.tb_frame.f_code) if i.offset == tb.tb_lasti),
+        None,
     )
+    if at == "RAISE_VARARGS":
+        return True
+    # Python's own lookups and conversions in the model's line: a KeyError (a dict's missing
+    # key, self.cfg["scael"]) or a ValueError (int("1.5")) is never a torch operation refusing
+    # the input, which refuses with RuntimeError, TypeError or IndexError; but a ValueError
+    # unpacking a shape (`n, c, h, w = x.shape`) is the input's
+    return isinstance(e, KeyError) or (isinstance(e, ValueError) and at != "UNPACK_SEQUENCE")
 
 
 class ModelOsExit(SystemExit):
