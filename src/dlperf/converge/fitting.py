@@ -201,7 +201,8 @@ def _table_file(path: Path) -> Iterator[Path]:
     pipe), which holds no earlier table to keep and which a rename would put a regular file in
     place of. Through a link to the file: the rename replaces the file, and the link stays."""
     if not_regular(path) not in (None, "a directory"):
-        yield path
+        with writing(path):  # a device's refused write (/dev/full) names no file of its own
+            yield path
         return
     with writing(path), replaced(Path(os.path.realpath(path))) as tmp:
         yield tmp
