@@ -2235,6 +2235,8 @@ def _dtype_fix(dtype: str, precision: str | None, command: str) -> str:
     the input cast in forward, or (half precisions) the count made at their precision."""
     drop = {"float64": ".double()", "float16": ".half()", "bfloat16": ".bfloat16()"}
     fix = f"build it in float32 (drop {drop.get(dtype, f'the cast to {dtype}')})"
+    if dtype in drop:  # a default dtype torch.set_default_dtype takes: run's fix names it
+        fix += " and leave torch's default dtype float32 (no torch.set_default_dtype)"
     fix += ", or cast the input in forward: x.to(dtype of the weights)"
     if precision is not None:
         at = _told(command, f"--precision {precision} (analyze.precision)", f"dtype={precision!r}")
@@ -2543,12 +2545,17 @@ def analyze(
     transfer: str = "scratch",
     model_kwargs: dict[str, Any] | None = None,
     command: str = "analyze",
+    tell: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Analyse a model by registry/torchvision name or "file.py:factory", built with
     `model_kwargs`; `bias`, `activations` and `macs_convention` choose what the parameter,
     activation and MAC counts include. With `transfer` "feature-extract" the backbone is
     frozen as a run would freeze it (no weights needed): only the head is trainable.
-    `command` (analyze, predict) names the command counting in a refusal."""
+    `command` (analyze, predict) names the command counting in a refusal. `tell`, where
+    given, is told each of the model file's notes (`model_notes`) once the model is built,
+    before it is counted, as a run tells them before its checks: said after the count, they
+    were lost with a refusal they explain (float64 weights, from the file's
+    torch.set_default_dtype)."""
     from dlperf.models.registry import check_automatic, noting, without_automatic
 
     check_options(batch, train, precision, activations, macs_convention, command)
@@ -2575,6 +2582,10 @@ def analyze(
         model, classes, source, arguments = build_model(
             name, shape, num_classes, **without_automatic(kwargs)
         )
+    notes = list(dict.fromkeys(notes))  # once each: a meta build retried for real
+    if tell is not None:
+        for said in notes:
+            tell(said)
     source = "model.kwargs" if from_kwargs else source
     with nesting_told(model):  # freeze_backbone walks its modules
         if transfer == "feature-extract":
@@ -2601,7 +2612,7 @@ def analyze(
         unused = ", unused" if ignored else ""
         classes, source = a.output_width, f"its output's width; it was given {classes}{unused}"
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
-    a.model_notes = list(dict.fromkeys(notes))  # once each: a meta build retried for real
+    a.model_notes = notes
     return a
 
 

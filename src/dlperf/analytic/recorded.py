@@ -104,13 +104,13 @@ def predict_model(
     if reps < 1:
         raise UserError(f"predict.reps must be at least 1, got {reps}")
     reporter = reporter or NullReporter()
+    # The model file's notes told as it is built: before a refusal of the count they explain
     a = analyze(
         model, input_shape, batch, train, precision, classes, model_kwargs=model_kwargs,
-        command="predict",
+        command="predict", tell=lambda note: reporter.log(f"warning: {note}"),
     )  # fmt: skip
-    for note in (*a.model_notes, a.unsupported_note()):
-        if note:
-            reporter.log(f"warning: {note}")
+    if unsupported := a.unsupported_note():
+        reporter.log(f"warning: {unsupported}")
     if a.kept is not None:  # as analyze's precision convention says it
         done = "counted and measured" if measure else "counted"
         reporter.log(f"note: {model} {done} as built: {kept_note(a.kept)}")

@@ -121,9 +121,9 @@ def analyze(
     a = count(
         model, opts.input, opts.batch, opts.train, opts.precision, opts.classes, opts.bias,
         opts.activations, macs_convention=opts.macs_convention, transfer=exp.model.transfer,
-        model_kwargs=exp.model.kwargs,
+        model_kwargs=exp.model.kwargs, tell=console.warn,
     )  # fmt: skip
-    for note in (*a.model_notes, a.unsupported_note(), a.activations_note()):
+    for note in (a.unsupported_note(), a.activations_note()):  # the model's told as built
         if note:
             console.warn(note)
     result = a.to_dict()
