@@ -57,12 +57,14 @@ def stopped(pid: int) -> bool:
 
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie counts as gone: it runs nothing)."""
+    if pid < 1:  # to kill(2), 0 and below name process groups, never one process
+        return False
     stat = proc_stat(pid)
     if stat is not None:
         return stat[0] not in ("Z", "X")
     try:  # no /proc (macOS), or it ended just now
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: past any pid (edited by hand)
         return False
     except PermissionError:  # alive, another user's
         return True
@@ -86,6 +88,9 @@ def _boot_id() -> str | None:
         return None
 
 
+PROCESS_KEYS = frozenset({"host", "pid", "start", "boot_id"})  # what `this_process` records
+
+
 def this_process() -> dict[str, Any]:
     """What identifies the running process across machines, pid reuse and reboots."""
     pid = os.getpid()
@@ -103,8 +108,8 @@ def process_alive(process: dict[str, Any]) -> bool | None:
     machine cannot tell (another host, nothing recorded). A pid now held by another process
     (another start time) or a zombie counts as gone, as does any pid after a reboot."""
     pid = process.get("pid")
-    if process.get("host") != socket.gethostname() or not isinstance(pid, int) or pid < 1:
-        return None
+    if process.get("host") != socket.gethostname() or type(pid) is not int or pid < 1:
+        return None  # type(): a JSON `true` read back is a bool, an int to isinstance
     boot = _boot_id()
     if process.get("boot_id") and boot and process["boot_id"] != boot:
         return False

@@ -38,7 +38,7 @@ from dlperf.parsing import (
     stored_as,
     unprintable,
 )
-from dlperf.procs import process_alive, this_process
+from dlperf.procs import PROCESS_KEYS, process_alive, this_process
 from dlperf.procs import stopped as is_stopped
 from dlperf.store.record import LOST, place_words
 from dlperf.store.record import STATUSES as STORED
@@ -1308,12 +1308,15 @@ DELETING_TAG = "dlperf.deleting"
 
 def deleter(mark: str | None) -> dict[str, Any] | None:
     """The process (`this_process()`) a `DELETING_TAG` value names; None for no mark, or a
-    value `stop` did not write (a tag of that name set by hand before `runs tag` refused it)."""
+    value `stop` did not write (a tag of that name set by hand before `runs tag` refused it,
+    or in the database: `{"host": ..., "pid": 1}` named init, a live "delete" for good)."""
     try:
         process = json.loads(mark or "null")
     except ValueError:
         return None
-    return process if isinstance(process, dict) else None
+    if not isinstance(process, dict) or process.keys() != PROCESS_KEYS:
+        return None
+    return process
 
 
 def stale_mark(mark: str | None) -> bool:
