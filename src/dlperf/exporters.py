@@ -56,9 +56,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
-from sqlalchemy import make_url, select
+from sqlalchemy import URL, make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
@@ -73,8 +73,9 @@ from dlperf.store.ids import STORE_ID_FORM
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
-from dlperf.store.runstore import dispose, garbled_metrics, size_limited
+from dlperf.store.runstore import DRIVER_PACKAGES, dispose, garbled_metrics, size_limited
 from dlperf.store.schema import Metric, Run
+from dlperf.store.urls import MASK, password_span, secret_option
 
 TARGETS = ("mlflow", "tensorboard")
 EXTRAS = {"mlflow": "MLflow", "tensorboard": "TensorBoard"}
@@ -103,6 +104,14 @@ STORE_SUFFIXED = re.compile(rf"{re.escape(STORE_SUFFIX)}({STORE_ID_FORM.pattern}
 SQLITE_URI = "--uri sqlite:///mlflow.db"
 # The database URLs MLflow takes as a SQL tracking store (a driver may follow a +).
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+# The database servers whose tracking store is read (and so reached) before MLflow opens it.
+PROBED_SCHEMES = ("postgresql", "mysql")
+# The drivers that take a connect timeout in seconds as `connect_timeout`: libpq's, MySQLdb's
+# and PyMySQL's; another driver keeps its own default.
+TIMED_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi", "mysqldb", "pymysql")
+# The module of a database driver that MLflow's SQL store may import, and its package where
+# the name is not the module's: dlperf's extras carry none but the run store's psycopg.
+DRIVERS = {**DRIVER_PACKAGES, "pyodbc": "pyodbc", "pymssql": "pymssql"}
 # The table of the schema's version (alembic's) that every MLflow SQL tracking store holds once
 # MLflow has set it up: a database with tables but not this one is another program's.
 MLFLOW_VERSION_TABLE = "alembic_version"
@@ -128,6 +137,17 @@ def missing_extra(extra: str, module: str | None) -> UserError:
     return UserError(
         f"exporting to {EXTRAS[extra]} needs {module or extra}, which is not installed: "
         f"pip install 'dlperf[{extra}]'"
+    )
+
+
+def missing_driver(uri: str, module: str) -> UserError:
+    """The one line for a tracking URI whose database driver is not installed: `pip install
+    'dlperf[mlflow]'`, said before, did not install it (mysql:// needs mysqlclient)."""
+    return UserError(
+        f"MLflow at {masked_url(uri)}: its database driver {module} is not installed, and "
+        "dlperf's extras do not carry it",
+        f"pip install {DRIVERS.get(module, module)}, or name a driver that is installed: "
+        "dialect+driver://...",
     )
 
 
@@ -421,7 +441,7 @@ def _refuse_a_database_not_mlflows(uri: str) -> None:
         if not url.database or url.database == ":memory:" or not Path(url.database).is_file():
             return
         found = _sqlite_tables(Path(url.database))
-    elif scheme == "postgresql":
+    elif scheme in PROBED_SCHEMES:
         found = _server_tables(uri)
     else:
         return
@@ -467,17 +487,32 @@ def _sqlite_tables(path: Path) -> tuple[set[str], set[str]] | None:
 
 def _server_tables(uri: str) -> tuple[set[str], set[str]] | None:
     """The tables of the server database at `uri` (in the schema its search_path names first)
-    and the columns of its `runs`; None where it cannot be read (its driver missing, the
-    server not answering within CONNECT_TIMEOUT_S)."""
+    and the columns of its `runs`; None where they cannot be read once connected, or its
+    driver is one SQLAlchemy does not know (MLflow says what is wrong). A database that cannot
+    be connected to within CONNECT_TIMEOUT_S (a refused port, a wrong password, no such
+    database) is refused here in one line: MLflow retried creating its engine for two minutes,
+    logging each of 37 tries, then said so. A driver not installed is named with its package."""
     from sqlalchemy import create_engine, inspect
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     try:
-        engine = create_engine(uri, connect_args={"connect_timeout": int(CONNECT_TIMEOUT_S)})
+        url = make_url(uri)
+        engine = create_engine(url, connect_args=_connect_args(url))
+    except ModuleNotFoundError as e:  # the dialect's driver, imported as the engine is made
+        raise missing_driver(uri, e.name or str(e)) from None
     except (ArgumentError, ImportError):
         return None
     try:
-        with engine.connect() as conn:
+        try:
+            conn = engine.connect()
+        except DBAPIError as e:
+            reason = _masked_text(_one_line(e.orig or e), uri)
+            raise UserError(
+                f"MLflow at {masked_url(uri)}: cannot connect to its database ({reason})",
+                "is the database server running, and are the URL's user, password and "
+                "database right?",
+            ) from None
+        with conn:
             inspector = inspect(conn)
             tables = set(inspector.get_table_names())
             runs = inspector.get_columns("runs") if "runs" in tables else []
@@ -486,6 +521,67 @@ def _server_tables(uri: str) -> tuple[set[str], set[str]] | None:
         return None
     finally:
         dispose(engine)  # shielded: a stop cutting the close printed SQLAlchemy's traceback
+
+
+def _connect_args(url: URL) -> dict[str, Any]:
+    """A connect timeout of CONNECT_TIMEOUT_S for the drivers that take one, unless the URL
+    (or libpq's PGCONNECT_TIMEOUT) gives its own: a host that does not answer kept the probe
+    waiting for the system's TCP timeout (minutes)."""
+    if "connect_timeout" in url.query or url.get_driver_name() not in TIMED_DRIVERS:
+        return {}
+    if url.get_backend_name() == "postgresql" and os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}
+    return {"connect_timeout": int(CONNECT_TIMEOUT_S)}
+
+
+def _tracking_uri(uri: str) -> str:
+    """`uri` as MLflow is given it: postgres://, as libpq and most hosts write it and as the
+    run store reads it, is postgresql://. MLflow refused postgres:// (its message naming the
+    URL with the password in clear), and the refusal of the run store itself missed it."""
+    if uri.startswith("postgres://"):
+        return "postgresql://" + uri.removeprefix("postgres://")
+    return uri
+
+
+def _refuse_an_unreadable_url(uri: str) -> None:
+    """A database URL that SQLAlchemy cannot read at all, its port not a number: the ValueError
+    it raised came out of MLflow's engine as a traceback, exit 1."""
+    if uri.partition(":")[0].lower().partition("+")[0] not in SQL_SCHEMES:
+        return
+    try:
+        make_url(uri)
+    except ArgumentError:  # MLflow says what is wrong with it
+        return
+    except ValueError as e:
+        raise UserError(
+            f"MLflow at {masked_url(uri)}: not a database URL ({_masked_text(str(e), uri)})",
+            "its port, after the host's colon, is a number: dialect://USER:PASSWORD@HOST:PORT/DB",
+        ) from None
+
+
+def _masked_text(text: str, uri: str) -> str:
+    """MLflow's or a driver's `text` with every secret of `uri` as ***: MLflow's messages
+    repeat the URI as given ("got unsupported URI '...'"), its password in clear, after
+    dlperf's masked one. A secret is masked where it stands alone, not inside a longer word
+    (a password `x` leaves "exception" whole)."""
+    text = text.replace(uri, masked_url(uri))
+    secrets = []
+    if (span := password_span(uri)) is not None:
+        secrets.append(uri[span[0] : span[1]])
+    query = uri.partition("?")[2].partition("#")[0]
+    for option in query.split("&"):
+        key, equals, value = option.partition("=")
+        if equals and secret_option(key):
+            secrets.append(value)
+    shown = {
+        form
+        for secret in secrets
+        for form in (secret, unquote(secret), unquote_plus(secret))
+        if form
+    }
+    for secret in sorted(shown, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", MASK, text)
+    return text
 
 
 @contextlib.contextmanager
@@ -759,6 +855,8 @@ def export_mlflow(
     runs deleted (by another process) as they were read, left out. Every export makes new
     MLflow runs: exporting a run twice gives two MLflow runs.
     """
+    uri = _tracking_uri(uri)
+    _refuse_an_unreadable_url(uri)
     _refuse_the_store_itself(store, uri)
     _refuse_a_database_not_mlflows(uri)
     runs = _runs(store, run_ids)
@@ -812,9 +910,12 @@ def export_mlflow(
                     )
                     if (limited := _size_limit_met(uri, e)) is not None:
                         raise _size_limited(uri, limited, during) from None
-                    said = f"MLflow at {masked_url(uri)}: {_one_line(e)}{during}"
+                    said = f"MLflow at {masked_url(uri)}: {_masked_text(_one_line(e), uri)}"
+                    said += during
                     raise UserError(said) from None
-    except ImportError as e:  # a SQL tracking store without alembic
+    except ImportError as e:  # a SQL tracking store without alembic, or its database's driver
+        if e.name in DRIVERS:
+            raise missing_driver(uri, e.name) from None
         raise missing_extra("mlflow", e.name) from None
     except (MlflowException, SQLAlchemyError) as e:
         if (limited := _size_limit_met(uri, e)) is not None:
@@ -827,7 +928,7 @@ def export_mlflow(
                 f"{_mlflow_version()} no longer takes as a tracking store",
                 f"use a database, {SQLITE_URI}, or set {FILE_STORE_OPT_OUT}=true",
             ) from None
-        raise UserError(f"MLflow at {masked_url(uri)}: {_one_line(e)}") from None
+        raise UserError(f"MLflow at {masked_url(uri)}: {_masked_text(_one_line(e), uri)}") from None
     return {
         "to": "mlflow",
         "uri": masked_url(uri),
