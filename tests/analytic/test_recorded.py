@@ -8,6 +8,7 @@ import math
 import tomllib
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -110,7 +111,8 @@ def test_predict_counts_warns_of_uncounted_ops_and_predicts_on_the_entry(
     )  # fmt: skip
     assert result is prediction
     # counted naming predict in a refusal ("predict runs it on the meta device")
-    kwargs = {"model_kwargs": {"width": 2}, "command": "predict"}
+    # and telling the model file's notes as it is built (tell=), before a refusal
+    kwargs = {"model_kwargs": {"width": 2}, "command": "predict", "tell": mock.ANY}
     assert counted == [("resnet20", [3, 32, 32], 4, True, "fp32", 10, kwargs)]
     assert log.lines == ["warning: 2 calls of aten.foo are not counted"]
     (call,) = predicted
