@@ -151,7 +151,18 @@ def save_atomically(obj: Any, path: Path) -> None:
     into a RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is
     (ENOSPC, EFBIG), naming `path`, as the one-line error should."""
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    refused: MemoryError | None = None
+    try:
+        torch.save(obj, buffer)
+    except RuntimeError as e:
+        # The buffer's growth refused (ulimit -v reached at the checkpoint): torch's zip
+        # writer, closing, raised its own "unexpected pos" over the MemoryError, which the
+        # CLI then told as a traceback, not as the out-of-memory line it is
+        if not isinstance(e.__context__, MemoryError):
+            raise
+        refused = e.__context__
+    if refused is not None:  # raised here, outside the handler: no cycle of contexts
+        raise refused
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         atomic_write(path, buffer.getbuffer().tobytes(), fsync=True)
