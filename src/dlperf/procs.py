@@ -116,7 +116,11 @@ def process_alive(process: dict[str, Any]) -> bool | None:
     if not alive(pid):
         return False
     stat = proc_stat(pid)  # None: no /proc, or it ended just now (it was alive a moment ago)
-    return stat is None or process.get("start") is None or stat[1] == process["start"]
+    if stat is None:
+        return True
+    # A record with no start time where /proc gives one (this_process() records it here) was
+    # not written on this host: edited by hand, its pid may be any process's (init's)
+    return None if process.get("start") is None else stat[1] == process["start"]
 
 
 def restore_safepath() -> None:

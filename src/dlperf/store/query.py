@@ -1433,6 +1433,15 @@ def _stop(
     marked: list[int],
 ) -> list[Stopped]:
     """`stop`'s work, adding to `marked` each run it marks before signalling its process."""
+    for run in runs:
+        # A second delete of a run another delete is stopping would write its own mark over
+        # the first's, and take it away on giving up: the stopped run then offered a resume
+        # of the run the first delete went on to delete
+        if (other := deleted_by(run)) is not None and other != os.getpid():
+            raise UserError(
+                f"run {run.id} is already being deleted by `dlperf runs delete` (pid {other})",
+                "let that delete end: it deletes the run",
+            )
     done = []
     for run in runs:
         if run.status != "running":

@@ -79,7 +79,7 @@ from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, error_text, interrupted, memory_limit
 from dlperf.parsing import finite_json, printable_key, printable_keys, subscripted
 from dlperf.paths import error_line, no_file_of_bytes, unnamed_cwd
-from dlperf.procs import alive, process_alive, this_process
+from dlperf.procs import alive, process_alive, stopped, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.query import (
     ABSENT,
@@ -2809,10 +2809,12 @@ class RunStore:
         if refusal is not None:
             raise refusal
         if (deleting := deleter(mark)) is not None and process_alive(deleting) is True:
-            pid = deleting.get("pid")
+            pid = deleting["pid"]
+            # a stopped delete (SIGSTOP, Ctrl-Z) acts on the kill only once it is continued
+            then = f", then kill -CONT {pid}: it is stopped" if stopped(pid) else ""
             raise UserError(
                 f"run {run_id} is being deleted by `dlperf runs delete` (pid {pid}); not resumed",
-                f"let that delete end, or stop it (kill {pid}) to keep the run",
+                f"let that delete end, or stop it (kill {pid}{then}) to keep the run",
             )
         me = this_process()
         system = (
