@@ -180,7 +180,7 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
     from dlperf.engine.build import build_model, load_run_data
-    from dlperf.experiment.run import model_file_changed, model_file_kept
+    from dlperf.experiment.run import model_file_changed, model_file_kept, telling_changed
     from dlperf.models.registry import rebuilding
     from dlperf.models.transfer import uncompiled
     from dlperf.sweep.runner import weights_hint
@@ -207,13 +207,18 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     # (below). Compiled, inductor's build wrote torch's log line ("No CUDA runtime is found")
     # before dlperf's first on a CPU machine, for a compile nothing used. Rebuilding: its
     # model file gone, the line says to restore it, not "use another".
-    with rebuilding(f"run {run_id}"), _compiling_nothing():
-        model = build_model(exp, data, torch.device("cpu"), fresh=False)
-    same = model_file_kept(record)  # a factory's own change, not the file's: told so
-    checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, same)
-    # Its non-persistent buffers too, which the state dict leaves out: a forward reading one
-    # that training changed exported its starting value, and parity compared with the same.
-    checkpoint.restore_buffers(model, saved.get(checkpoint.BUFFERS))
+    # A file edited since that now fails its build, checks or weights: the change is said
+    # before the failure, which alone lost it (the warning below is said once it passed).
+    told = reporter or NullReporter()
+    with telling_changed(record, lambda said: told.log(warned(said))):
+        with rebuilding(f"run {run_id}"), _compiling_nothing():
+            model = build_model(exp, data, torch.device("cpu"), fresh=False)
+        same = model_file_kept(record)  # a factory's own change, not the file's: told so
+        checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, same)
+        # Its non-persistent buffers too, which the state dict leaves out: a forward reading
+        # one that training changed exported its starting value, and parity compared with the
+        # same.
+        checkpoint.restore_buffers(model, saved.get(checkpoint.BUFFERS))
     # The module inside a factory's torch.compile(module), its weights now the run's: the
     # exporters failed on the wrapper with a dynamic batch, in torch's words (its forward takes
     # *args, which dynamic_shapes cannot match; TorchScript cannot trace dynamo's frames), and
@@ -286,9 +291,22 @@ def resolve(
     # Collected, not warned: a RuntimeWarning raised inside the factory's call (python -W
     # error) failed it as "factory ... failed", for a change dlperf had already put back
     with noting() as notes:
-        source = from_registry(spec, input_shape, num_classes, model_kwargs, from_user=True)
+        try:
+            source = from_registry(spec, input_shape, num_classes, model_kwargs, from_user=True)
+        except Exception:
+            # Told before the failure, which they may explain (float64 weights from the
+            # file's torch.set_default_dtype): among the warnings `export` tells, they were
+            # lost with it
+            for said in dict.fromkeys(notes):
+                (reporter or NullReporter()).log(warned(said))
+            raise
     source.warnings[:0] = dict.fromkeys(notes)
     return source
+
+
+def warned(said: str) -> str:
+    """How export tells a warning: one line, "warning: ..."."""
+    return one_line(f"warning: {said}")
 
 
 def check_model(path: Path) -> None:

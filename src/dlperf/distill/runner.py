@@ -42,7 +42,7 @@ from dlperf.engine.build import (
     checked_alike,
 )
 from dlperf.errors import UserError
-from dlperf.experiment.run import run_experiment
+from dlperf.experiment.run import model_file_changed, run_experiment, telling_changed
 from dlperf.formatting import few
 from dlperf.paths import not_regular, replaced, writing
 from dlperf.progress import NullReporter, Reporter
@@ -142,8 +142,7 @@ def plan(job: DistillJob, store: RunStore, reporter: Reporter | None = None) -> 
         teacher.check_scoring_batches(teacher_model, what, labelled.shape, *scoring)
     else:  # --teacher's, with its weights, as it will score
         assert given is not None
-        trained = teacher.build(given, store, torch.device("cpu"))
-        teacher.check_scoring_batches(trained, teacher.named(given), given.shape, *scoring)
+        warnings += _check_stored_teacher(given, store, scoring, reporter or NullReporter())
     # Before the teacher trains: a K whose pretrain stage cannot run was refused only then.
     pretrain.check_plan(opts, len(unlabeled.images), labelled.num_classes, base.target.accuracy)
     pretrain.check_profile(opts, len(unlabeled.images), labelled.num_classes, base)
@@ -187,6 +186,22 @@ def _check_stages(
             "lower run.warmup_steps or run.profile.active, or raise distill.finetune_epochs",
         ) from None
     return teacher_model
+
+
+def _check_stored_teacher(
+    given: teacher.Teacher, store: RunStore, scoring: tuple[int, int], reporter: Reporter
+) -> list[str]:
+    """--teacher's model, built with its weights, tried at the batch sizes it will score at;
+    the warning to say where its model file (or a module beside it) changed since it
+    trained: it scores as the files are now, as export exports, where it scored with no word
+    (docs/run.md: --teacher treats such a change as export does). A build or check that
+    fails says the change first, which alone lost it."""
+    run = store.get_run(given.run_id)
+    with telling_changed(run, lambda said: reporter.log(f"warning: {said}")):
+        trained = teacher.build(given, store, torch.device("cpu"))
+        teacher.check_scoring_batches(trained, teacher.named(given), given.shape, *scoring)
+    changed = model_file_changed(run, "scored")
+    return [] if changed is None else [changed]
 
 
 def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment) -> None:

@@ -69,6 +69,27 @@ def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
     )
 
 
+@contextlib.contextmanager
+def telling_changed(record: RunRecord, tell: Callable[[str], None]) -> Iterator[None]:
+    """The block (`record`'s model rebuilt from its file as it is now, and checked), telling
+    `tell` first, where it raises, that the model file or a module beside it changed since
+    the run trained: the model's own error alone ("the model raised ...", a dry check's
+    refusal) lost the edit that is its likeliest cause, which `model_file_changed` (export's
+    warning) and --resume's refusal say only once the build passed. Compared before the
+    block, which imports the files."""
+    changed = _changed(record)
+    try:
+        yield
+    except Exception:
+        if changed is not None:
+            what, modules = changed
+            tell(
+                f"{what} changed since run {record.id} was trained: built as the "
+                f"file{'s are' if modules else ' is'} now"
+            )
+        raise
+
+
 def model_file_kept(record: RunRecord) -> bool:
     """Whether `record`'s model is a file whose source, and that of the modules its import
     loaded beside it, is now the one it was trained from (their stored sha256): weights that
@@ -216,17 +237,21 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     # have changed since it started.
     owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
     state = checkpoint.load(path, owner)
-    with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
-        prepared = prepare_run(exp, store, reporter, fresh=False)
     done = state["progress"]
-    _check_not_ahead(store, run_id, done["epoch"])
-    # Checked (and loaded) before taking the run over, so that weights which no longer fit
-    # the model's code leave the run lost; `train` loads them again with the optimizer's.
-    # Before the split's check: a class gained or lost changes the split too, and the
-    # classes say more.
-    classes = prepared.data.num_classes
-    same = model_file_kept(stored)  # a factory's own change, not the file's: told so
-    checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes, same)
+    _check_not_ahead(store, run_id, done["epoch"])  # the store's, before the data loads
+    # A file that changed and now fails its build or checks: the refusal below, after them,
+    # is said as a warning before the failure
+    with telling_changed(stored, lambda said: reporter.log(f"warning: {said}")):
+        with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
+            prepared = prepare_run(exp, store, reporter, fresh=False)
+        # Checked (and loaded) before taking the run over, so that weights which no longer
+        # fit the model's code leave the run lost; `train` loads them again with the
+        # optimizer's. Before the split's check: a class gained or lost changes the split
+        # too, and the classes say more.
+        classes = prepared.data.num_classes
+        same = model_file_kept(stored)  # a factory's own change, not the file's: told so
+        model, weights = prepared.model, state["model"]
+        checkpoint.fit_weights(model, weights, run_id, exp.model.name, classes, same)
     # Weights that fit code that changed: resumed, one run would hold epochs of two networks
     # under one file's sha256 (export and bench, which train nothing, warn instead).
     changed = _changed(stored)
