@@ -64,7 +64,8 @@ def test_a_second_delete_of_a_run_being_deleted_is_refused_before_it_signals(
             with pytest.raises(UserError) as refused:
                 query.stop(store, [run], wait_s=5)
             assert (refused.value.message, refused.value.hint) == (
-                f"run {run_id} is already being deleted by `dlperf runs delete` (pid {first.pid})",
+                f"run {run_id} is already being deleted by `dlperf runs delete` (pid {first.pid}); "
+                "nothing deleted",
                 "let that delete end: it deletes the run",
             )
             assert sleeper.poll() is None  # not signalled
@@ -103,4 +104,20 @@ def test_a_stopped_deletes_refusal_says_to_continue_it(
     assert refused.value.hint == (
         f"let that delete end, or stop it (kill {pid}, then kill -CONT {pid}: it is stopped) "
         "to keep the run"
+    )
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_run_being_deleted_is_refused_with_or_without_force(
+    store: RunStore, sleeper: subprocess.Popen[bytes], force: bool
+) -> None:
+    """Round 65 Y2 C2: without --force the line said "is still running; nothing deleted (stop
+    it first, or pass --force)", and --force was then refused."""
+    run_id = store.create_run("r", "run", {}, None, {"host": HOST})  # this process trains it
+    store.set_tags(run_id, {query.DELETING_TAG: json.dumps(_record(sleeper.pid))})
+    with pytest.raises(UserError) as refused:
+        query.to_delete(store, [run_id], force)
+    assert refused.value.message == (
+        f"run {run_id} is already being deleted by `dlperf runs delete` (pid {sleeper.pid}); "
+        "nothing deleted"
     )

@@ -1254,6 +1254,7 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
     own = [r for r in running if r.id not in elsewhere]
     # Said with or without --force: the generic line offered --force, which then refused. A
     # run of another store (this one its copy) is deleted here without a signal: not refused.
+    refuse_being_deleted(own)
     _refuse_users_programs(own)
     if force:
         return runs
@@ -1271,6 +1272,20 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
 
         raise copy_delete_refusal([(r.id, r.process, elsewhere[r.id]) for r in running])
     return runs
+
+
+def refuse_being_deleted(runs: Sequence[RunRecord]) -> None:
+    """Refuse to delete a run another live `runs delete --force` is stopping, with or without
+    --force: a second delete wrote its own mark over the first's and took it away on giving
+    up, the stopped run then offering a resume of the run the first delete went on to delete;
+    without --force it was told to pass --force, which was then refused."""
+    for run in runs:
+        if (other := deleted_by(run)) is not None and other != os.getpid():
+            raise UserError(
+                f"run {run.id} is already being deleted by `dlperf runs delete` (pid {other}); "
+                "nothing deleted",
+                "let that delete end: it deletes the run",
+            )
 
 
 def _refuse_users_programs(running: Sequence[RunRecord]) -> None:
@@ -1433,15 +1448,7 @@ def _stop(
     marked: list[int],
 ) -> list[Stopped]:
     """`stop`'s work, adding to `marked` each run it marks before signalling its process."""
-    for run in runs:
-        # A second delete of a run another delete is stopping would write its own mark over
-        # the first's, and take it away on giving up: the stopped run then offered a resume
-        # of the run the first delete went on to delete
-        if (other := deleted_by(run)) is not None and other != os.getpid():
-            raise UserError(
-                f"run {run.id} is already being deleted by `dlperf runs delete` (pid {other})",
-                "let that delete end: it deletes the run",
-            )
+    refuse_being_deleted(runs)
     done = []
     for run in runs:
         if run.status != "running":
