@@ -75,7 +75,7 @@ from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import DRIVER_PACKAGES, dispose, garbled_metrics, size_limited
 from dlperf.store.schema import Metric, Run
-from dlperf.store.urls import MASK, password_span, secret_option
+from dlperf.store.urls import MASK, password_span, secret_option, unescaped_at
 
 TARGETS = ("mlflow", "tensorboard")
 EXTRAS = {"mlflow": "MLflow", "tensorboard": "TensorBoard"}
@@ -106,6 +106,7 @@ SQLITE_URI = "--uri sqlite:///mlflow.db"
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 # The database servers whose tracking store is read (and so reached) before MLflow opens it.
 PROBED_SCHEMES = ("postgresql", "mysql")
+_BAD_OPTION = re.compile(r"bad value for |invalid (connection option|\w+ value)")
 # The drivers that take a connect timeout in seconds as `connect_timeout`: libpq's, MySQLdb's
 # and PyMySQL's; another driver keeps its own default.
 TIMED_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi", "mysqldb", "pymysql")
@@ -509,7 +510,12 @@ def _server_tables(uri: str) -> tuple[set[str], set[str]] | None:
             reason = _masked_text(_one_line(e.orig or e), uri)
             raise UserError(
                 f"MLflow at {masked_url(uri)}: cannot connect to its database ({reason})",
-                "is the database server running, and are the URL's user, password and "
+                # libpq's words for an option it refuses, from the URL or a PG* variable: no
+                # fault of the server's or the credentials'
+                "the driver refuses an option: check the URL's ?name=value options and the PG* "
+                "environment variables (PGCONNECT_TIMEOUT, PGSSLMODE)"
+                if _BAD_OPTION.search(reason)
+                else "is the database server running, and are the URL's user, password and "
                 "database right?",
             ) from None
         with conn:
@@ -545,9 +551,15 @@ def _tracking_uri(uri: str) -> str:
 
 def _refuse_an_unreadable_url(uri: str) -> None:
     """A database URL that SQLAlchemy cannot read at all, its port not a number: the ValueError
-    it raised came out of MLflow's engine as a traceback, exit 1."""
+    it raised came out of MLflow's engine as a traceback, exit 1; or one whose password holds
+    an unescaped @, as the run store refuses it (`urls.unescaped_at`)."""
     if uri.partition(":")[0].lower().partition("+")[0] not in SQL_SCHEMES:
         return
+    if unescaped_at(uri):  # the password's tail read as the host, quoted by the driver
+        raise UserError(
+            f"MLflow at {masked_url(uri)}: its user name or password holds an unescaped @",
+            "write @ in a password as %40, e.g. postgresql://user:p%40ss@host/db",
+        )
     try:
         make_url(uri)
     except ArgumentError:  # MLflow says what is wrong with it
