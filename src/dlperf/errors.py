@@ -68,16 +68,27 @@ def in_import_hook(frame: FrameType) -> bool:
     return name == "dlperf.models.registry" and frame.f_code.co_name == "_import"
 
 
+def _dlperfs(frame: FrameType) -> bool:
+    return str(frame.f_globals.get("__name__", "")).startswith("dlperf.")
+
+
 def model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     """The frames of `e`'s traceback from the first in a user's model file on (its code and
     what it called); none when no frame is a model file's (dlperf's own fault)."""
     walked = list(traceback.walk_tb(e.__traceback__))
     while walked and in_import_hook(walked[-1][0]):
         walked.pop()
-    for index, (frame, _) in enumerate(walked):
-        if in_model_file(frame):
-            return list(traceback.StackSummary.extract(iter(walked[index:])))
-    return []
+    ours = [i for i, (frame, _) in enumerate(walked) if in_model_file(frame)]
+    if not ours:
+        return []
+    # dlperf's own code below the model's last frame, where torch raised (not dlperf), is its
+    # instrumentation (analyze's counting dispatch, which a torch call of the model's line
+    # runs through): the model's frames end at that line, torch's on the way left out. Where
+    # dlperf raised (a print to a closed stdout, through its stream) its frames stay, told so
+    below = [_dlperfs(frame) for frame, _ in walked[ours[-1] + 1 :]]
+    if any(below) and not below[-1]:
+        walked = walked[: ours[-1] + 1]
+    return list(traceback.StackSummary.extract(iter(walked[ours[0] :])))
 
 
 def error_text(e: BaseException) -> str:

@@ -102,6 +102,7 @@ from dlperf.errors import (
     error_text,
     missing_device,
     missing_forward,
+    model_frames,
     out_of_memory,
     raised_by_model,
 )
@@ -1985,6 +1986,12 @@ IN_PLACE = "modified by an inplace operation"
 """autograd's words for a tensor the backward needs, changed in place after it was saved."""
 
 
+CUSTOM_GRADIENTS = re.compile(r"returned an (invalid gradient|incorrect number of gradients)")
+"""autograd's words for gradients a custom torch.autograd.Function's backward returned wrong:
+"Function BadBackward returned an invalid gradient at index 0 - got [1, 10] but expected shape
+compatible with [2, 10]", "function BadBackward returned an incorrect number of gradients"."""
+
+
 UNFED_HOOK = re.escape("Full backward hook is firing when gradients are computed with respect to")
 """The start of torch's warning (torch/utils/hooks.py) as a backward reaches a module with a
 full backward hook (register_full_backward_hook) none of whose inputs needs a gradient (the
@@ -2005,7 +2012,9 @@ def run_backward(out: Any, done: str = "counted", command: str = "analyze") -> N
             warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
             sum_backward(out)
     except Exception as e:
-        if raised_by_model(e):
+        # In a backward the tensors are gradients, not the input: what raises in the model
+        # file's code (its autograd Function's backward, a torch op there) is the model's
+        if raised_by_model(e) or model_frames(e):
             raise
         text = error_text(e).strip()  # a library's exception whose __str__ raises
         first = text.splitlines()[0] if text else ""
@@ -2013,13 +2022,18 @@ def run_backward(out: Any, done: str = "counted", command: str = "analyze") -> N
         first = first.split("  (Could this error message be improved?")[0].rstrip()
         said = f"{type(e).__name__}: {first}" if first else type(e).__name__
         fix = forward_alone(command, done)
-        if IN_PLACE in first:  # as a run's dry backward says it
+        if IN_PLACE in first or CUSTOM_GRADIENTS.search(first):  # as a run's dry backward says it
             fix = f"{backward_hint(first)}; {fix}"
         raise UserError(f"the model's backward cannot be {done}: {said}", fix) from None
 
 
 def backward_hint(error: str) -> str:
     """The fix for a backward that failed with torch's `error`."""
+    if CUSTOM_GRADIENTS.search(error):  # autograd checking what a custom Function returned
+        return (
+            "the model's torch.autograd.Function backward must return one gradient per input "
+            "of its forward, each of that input's shape (None for one that needs none)"
+        )
     if "modified by an inplace operation" in error:
         return (
             "use the out-of-place form of the operation autograd names (y = y.relu() "

@@ -36,6 +36,7 @@ from dlperf.errors import (
     in_model_file,
     missing_device,
     missing_forward,
+    model_frames,
     out_of_memory,
     raised_by_model,
 )
@@ -607,6 +608,8 @@ def dry_backward(
                 try:
                     scores.float().sum().backward()  # type: ignore[no-untyped-call]
                 except RuntimeError as e:
+                    if model_frames(e):  # the model's own backward (a custom Function's) raised
+                        raise
                     raise _backward_failed(e, cannot, shape, device) from None
         check_dense_gradients(model, cannot)
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
