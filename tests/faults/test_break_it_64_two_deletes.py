@@ -121,3 +121,22 @@ def test_a_run_being_deleted_is_refused_with_or_without_force(
         f"run {run_id} is already being deleted by `dlperf runs delete` (pid {sleeper.pid}); "
         "nothing deleted"
     )
+
+
+def test_a_stopped_first_delete_is_said_to_need_continuing(
+    store: RunStore, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """Round 65 Y3 C7: "let that delete end" of a delete that is stopped, which never ends."""
+    run_id = store.create_run("r", "run", {}, None, {"host": HOST})
+    store.set_tags(run_id, {query.DELETING_TAG: json.dumps(_record(sleeper.pid))})
+    sleeper.send_signal(signal.SIGSTOP)
+    os.waitpid(sleeper.pid, os.WUNTRACED)  # returns once it is stopped
+    try:
+        with pytest.raises(UserError) as refused:
+            query.to_delete(store, [run_id], True)
+    finally:
+        sleeper.send_signal(signal.SIGCONT)
+    assert refused.value.hint == (
+        f"let that delete end: it deletes the run once continued (it is stopped: kill -CONT "
+        f"{sleeper.pid})"
+    )

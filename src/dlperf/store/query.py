@@ -1281,10 +1281,14 @@ def refuse_being_deleted(runs: Sequence[RunRecord]) -> None:
     without --force it was told to pass --force, which was then refused."""
     for run in runs:
         if (other := deleted_by(run)) is not None and other != os.getpid():
+            # a stopped delete (SIGSTOP, Ctrl-Z) never ends until it is continued
+            held = (
+                f" once continued (it is stopped: kill -CONT {other})" if is_stopped(other) else ""
+            )
             raise UserError(
                 f"run {run.id} is already being deleted by `dlperf runs delete` (pid {other}); "
                 "nothing deleted",
-                "let that delete end: it deletes the run",
+                f"let that delete end: it deletes the run{held}",
             )
 
 
