@@ -707,7 +707,7 @@ def _mlflow() -> tuple[Any, Any]:
             import mlflow  # noqa: F401  (the package itself first: a stale submodule proves nothing)
             import mlflow.entities as entities
             from mlflow.tracking import MlflowClient
-    except ImportError as e:
+    except ModuleNotFoundError as e:  # not a library there that failed to load (TensorBoard's)
         raise missing_extra("mlflow", e.name) from None
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -1228,7 +1228,10 @@ def _summary_writer() -> Any:
     try:
         import tensorboard  # noqa: F401  (torch's writer needs the package; check it first)
         from torch.utils.tensorboard import SummaryWriter
-    except ImportError as e:
+    except ModuleNotFoundError as e:
+        # Not ImportError: a library that is there and failed to load (torch's shared objects
+        # under ulimit -v, "failed to map segment") was said to be "not installed"; the CLI
+        # tells that load with its cause
         raise missing_extra("tensorboard", e.name or "tensorboard") from None
     return SummaryWriter
 
