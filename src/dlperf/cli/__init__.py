@@ -80,8 +80,11 @@ def _said_as_models(e: BaseException, own: bool = False) -> bool:
         return False
     text = error_text(e)  # a model's exception whose own __str__ raises is told too
     said = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    where = noted_where(e)
-    say(f"error: {f'{one_line(where)}: ' if where else ''}the model raised {one_line(said)}")
+    where = f"{one_line(w)}: " if (w := noted_where(e)) else ""
+    if out_of_memory(e):  # the machine's memory, at the model's line: both are said
+        say(f"error: {where}the model ran out of memory: {one_line(said)}{memory_hint()}")
+    else:
+        say(f"error: {where}the model raised {one_line(said)}")
     for frame in traceback.format_list(frames):
         say(frame.rstrip("\n"))
     say("(the whole traceback: dlperf --debug ...)")
