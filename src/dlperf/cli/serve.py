@@ -96,6 +96,7 @@ def start(
     """
     from dlperf.config import ServeJob, load_job
     from dlperf.deploy.loadgen import is_loopback
+    from dlperf.deploy.serve_log import Writer
     from dlperf.deploy.server import (
         client_url,
         create_app,
@@ -129,6 +130,8 @@ def start(
     served = server_app.state.model
     url = client_url(opts.host, sock.getsockname()[1])
     listening = f" (listening on every interface, {opts.host})" if is_wildcard(opts.host) else ""
+    # Its log's writer thread started before serving is said: one it cannot start is one line
+    writer = Writer()
     # One line: the name is the file's stem, and the note may name the graph's inputs.
     console.err_line(
         one_line(
@@ -138,7 +141,7 @@ def start(
     )
     if served.said is not None:
         console.err_line(f"note: {served.said}")
-    stopped_by = serve_forever(server_app, sock, opts.read_timeout_s, opts.max_connections)
+    stopped_by = serve_forever(server_app, sock, opts.read_timeout_s, opts.max_connections, writer)
     if stopped_by is not None:
         # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM.
         raise typer.Exit(128 + stopped_by)

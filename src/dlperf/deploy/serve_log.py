@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import IO
 
+from dlperf.errors import NoThreads, out_of_threads, threads_limit
+
 # uvicorn's loggers, whose handlers (its dictConfig's, on stderr and stdout) are replaced.
 LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 # Lines waiting for the writer at most; later ones are dropped while the queue is full.
@@ -38,7 +40,14 @@ class Writer:
         self.lock = threading.Lock()
         self.written_at = time.monotonic()  # when a line was last written
         self.thread = threading.Thread(target=self._run, name="serve-log", daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except RuntimeError as e:  # as the batcher's threads are refused (batcher.start_threads)
+            if not out_of_threads(e):
+                raise
+            raise NoThreads(
+                "the server could not start its threads", threads_limit(", or lower --threads")
+            ) from None
 
     def put(self, stream: IO[str], line: str) -> None:
         try:

@@ -75,7 +75,7 @@ from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher, start_threads
 from dlperf.deploy.images import DECODE_THREADS
 from dlperf.deploy.routes import Serving, add_routes
-from dlperf.deploy.serve_log import unblocked
+from dlperf.deploy.serve_log import Writer, unblocked
 from dlperf.deploy.serve_metrics import (
     ANSWERED,
     CONNECTION_ROUTE,
@@ -1000,6 +1000,7 @@ def serve_forever(
     sock: socket.socket,
     read_timeout_s: float = _DEFAULTS.read_timeout_s,
     max_connections: int = _DEFAULTS.max_connections,
+    writer: Writer | None = None,
 ) -> int | None:
     """Serve `app` on the bound socket until a stop signal, then stop accepting, answer
     every queued request and return the number of the signal that stopped it (None if
@@ -1020,7 +1021,7 @@ def serve_forever(
     # Its log lines written by a thread of their own: a stderr nobody reads blocked the loop
     # in a write, and neither requests nor stop signals were heard again. Waited for after
     # the handlers are put back, so that a further stop signal ends the wait.
-    with unblocked():
+    with unblocked(writer):  # `writer`: started before serving was said, or made here
         try:
             server.run(sockets=[sock])
         finally:
