@@ -123,8 +123,18 @@ def out_of_memory(e: BaseException) -> bool:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(e, torch.cuda.OutOfMemoryError):
         return True
+    if not isinstance(e, RuntimeError):
+        return False
     # error_text: asked of any error that ends a command, a model's whose __str__ raises too
-    return isinstance(e, RuntimeError) and any(m in error_text(e) for m in OOM_MESSAGES)
+    text = error_text(e)
+    if any(m in text for m in OOM_MESSAGES):
+        return True
+    # oneDNN's one word for any failure, its allocations' included: under an address-space
+    # limit (ulimit -v) that is what it was, and the images the dry checks fed were blamed
+    return ONEDNN_FAILED in text and address_limit() is not None
+
+
+ONEDNN_FAILED = "could not create a primitive"
 
 
 def memory_limit() -> str:
