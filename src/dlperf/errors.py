@@ -342,6 +342,13 @@ class StoreGone(UserError):
         self.run_id = run_id  # the run it was recording, once `RunStore.recording` knows it
 
 
+class GoneMeanwhile(UserError):
+    """A run the command was using, deleted under it by another process (`runs delete`): not
+    the input's fault, so exit code 1, in one line naming it."""
+
+    exit_code = 1
+
+
 class NoThreads(UserError):
     """A thread or process that could not be started (`out_of_threads`): the host's limit on
     them, not the input's, so exit code 1, in one line naming it (`threads_limit`)."""

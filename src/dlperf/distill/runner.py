@@ -41,7 +41,7 @@ from dlperf.engine.build import (
     check_unrecorded,
     checked_alike,
 )
-from dlperf.errors import UserError
+from dlperf.errors import GoneMeanwhile, NoSuchRun, UserError
 from dlperf.experiment.run import model_file_changed, run_experiment, telling_changed
 from dlperf.formatting import few
 from dlperf.paths import not_regular, replaced, writing
@@ -328,9 +328,24 @@ class _Study:
             p = self.plan
             set_threads(p.base.run.threads)
             self.reporter.log(f"teacher run {given.run_id} scoring {len(p.pool.images)} images")
-            self.scored = teacher.score(
-                given, self.store, p.pool.images, p.device, p.opts.score_batch
-            )
+            try:
+                self.scored = teacher.score(
+                    given, self.store, p.pool.images, p.device, p.opts.score_batch
+                )
+            except NoSuchRun:
+                try:
+                    self.store.get_run(given.run_id)
+                except NoSuchRun:
+                    pass
+                else:  # another run's, not the teacher's
+                    raise
+                # Deleted by another process since the plan checked it: "no run 1 in the
+                # store", exit 2, blamed the input, which named no run (or named one there)
+                raise GoneMeanwhile(
+                    f"teacher run {given.run_id} was deleted (`dlperf runs delete`) while "
+                    "distill scored with it",
+                    "run distill again: without --teacher it trains a teacher anew",
+                ) from None
         return self.scored
 
     def select(self, given: teacher.Teacher, k: int) -> Selected:
