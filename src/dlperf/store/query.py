@@ -902,7 +902,6 @@ def list_runs(
         store.get_study(study)  # an unknown study is an error, not an empty list
     # with `where`, filtered before the limit: the newest N runs that match
     runs = store.list_runs(kind=kind, study_id=study, limit=None if where else limit)
-    runs = [without_stale_mark(r) for r in runs]
     # a misspelt or empty kind, unless another run has it ('' listed every kind before)
     if kind is not None and not runs and kind not in KINDS:
         _check_kind(kind, store.list_runs())
@@ -1348,24 +1347,20 @@ def stale_mark(mark: str | None) -> bool:
     return process is not None and process_alive(process) is False
 
 
-def without_stale_mark(run: RunRecord) -> RunRecord:
-    """`run` without a stale mark (`stale_mark`), as `RunStore` reads it: a listing read
-    through `sqlite3` alone (`reading.SqliteListing`, `runs list`'s fast way) has the tags as
-    stored."""
-    if not stale_mark(run.tags.get(DELETING_TAG)):
-        return run
-    return replace(run, tags={k: v for k, v in run.tags.items() if k != DELETING_TAG})
+def live_deleter(mark: str | None) -> int | None:
+    """The pid of the live process (`runs delete --force`) a `DELETING_TAG` value names; None
+    for no mark, or one whose delete is gone (killed before it deleted: the run stays, to
+    resume) or cannot be told from here."""
+    process = deleter(mark)
+    if process is None or process_alive(process) is not True:
+        return None
+    return int(process["pid"])  # an int: process_alive tells no other pid alive
 
 
 def deleted_by(run: RunRecord) -> int | None:
     """The pid of the live process (`runs delete --force`) that stopped `run` to delete it,
-    from the mark `stop` put on it; None for a run not so marked, or whose delete is gone
-    (killed before it deleted: the run stays, to resume) or cannot be told from here."""
-    process = deleter(run.tags.get(DELETING_TAG))
-    if process is None or process_alive(process) is not True:
-        return None
-    pid = process.get("pid")
-    return pid if isinstance(pid, int) else None
+    from the mark `stop` put on it (`live_deleter`)."""
+    return live_deleter(run.tags.get(DELETING_TAG))
 
 
 def _waiting_for(run_id: int, pid: int, wait_s: float) -> str:

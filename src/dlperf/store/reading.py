@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from dlperf.errors import UserError
 from dlperf.paths import no_file_of_bytes, one_file, unnamed_cwd, within
 from dlperf.store.ids import made_store_id
+from dlperf.store.query import DELETING_TAG, stale_mark
 from dlperf.store.record import RunRecord
 from dlperf.store.urls import missing_slashes
 
@@ -222,7 +223,9 @@ class SqliteListing:
             marks = ", ".join("?" * len(chunk))
             query = f"SELECT run_id, key, value FROM tags WHERE run_id IN ({marks}) ORDER BY key"
             for run_id, key, value in conn.execute(query, chunk):
-                tags.setdefault(run_id, {})[key] = value
+                # as RunStore reads them (`runstore._tags_of`): a gone delete's mark left out
+                if key != DELETING_TAG or not stale_mark(value):
+                    tags.setdefault(run_id, {})[key] = value
         return tags
 
     def _record(self, row: tuple[Any, ...], tags: dict[str, str]) -> RunRecord:

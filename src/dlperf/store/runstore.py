@@ -85,8 +85,8 @@ from dlperf.store.query import (
     ABSENT,
     DELETING_TAG,
     copy_delete_refusal,
-    deleter,
     from_experiment,
+    live_deleter,
     no_such_run,
     stale_mark,
     that_stores,
@@ -2808,8 +2808,7 @@ class RunStore:
         refusal = writer_refusal(record, self.writes_elsewhere(record))
         if refusal is not None:
             raise refusal
-        if (deleting := deleter(mark)) is not None and process_alive(deleting) is True:
-            pid = deleting["pid"]
+        if (pid := live_deleter(mark)) is not None:
             # a stopped delete (SIGSTOP, Ctrl-Z) acts on the kill only once it is continued
             then = f", then kill -CONT {pid}: it is stopped" if stopped(pid) else ""
             raise UserError(
