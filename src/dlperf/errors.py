@@ -91,6 +91,12 @@ def model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     return list(traceback.StackSummary.extract(iter(walked[ours[0] :])))
 
 
+def error_said(e: BaseException) -> str:
+    """`e` as a line tells it: "ValueError: boom", or the type alone where it has no text."""
+    text = error_text(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 def error_text(e: BaseException) -> str:
     """`str(e)`, or `<str() failed>` where the exception's own __str__ raises: its text is
     formatted while it is being handled (the failed run's error, the CLI's line), where the

@@ -29,6 +29,7 @@ from dlperf.cli.loads import memory_hint, unloadable
 from dlperf.errors import (
     CheckFailed,
     UserError,
+    error_said,
     error_text,
     exit_call,
     in_model_file,
@@ -78,8 +79,7 @@ def _said_as_models(e: BaseException, own: bool = False) -> bool:
     frames = model_frames(e)
     if not frames or (own and Path(frames[-1].filename).is_relative_to(_PACKAGE)):
         return False
-    text = error_text(e)  # a model's exception whose own __str__ raises is told too
-    said = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    said = error_said(e)  # a model's exception whose own __str__ raises is told too
     where = f"{one_line(w)}: " if (w := noted_where(e)) else ""
     if out_of_memory(e):  # the machine's memory, at the model's line: both are said
         say(f"error: {where}the model ran out of memory: {one_line(said)}{memory_hint()}")

@@ -15,12 +15,28 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from dlperf.errors import NoThreads, out_of_threads, threads_limit
+
+
+@contextmanager
+def server_threads() -> Iterator[None]:
+    """Within the block, a thread the host refuses to start (`ulimit -u`, or `ulimit -v`
+    leaving no room for its stack) is the server's one line, exit 1: the batcher's, the
+    decoders' and the log writer's (`serve_log.Writer`) alike."""
+    try:
+        yield
+    except RuntimeError as e:
+        if not out_of_threads(e):
+            raise
+        raise NoThreads(
+            "the server could not start its threads", threads_limit(", or lower --threads")
+        ) from None
 
 
 def start_threads(executor: ThreadPoolExecutor, threads: int) -> None:
@@ -29,14 +45,9 @@ def start_threads(executor: ThreadPoolExecutor, threads: int) -> None:
     rather than answering 500 with a traceback at every request."""
     go = threading.Event()
     try:
-        for _ in range(threads):
-            executor.submit(go.wait)  # each held, so that the next task needs a thread of its own
-    except RuntimeError as e:
-        if not out_of_threads(e):
-            raise
-        raise NoThreads(
-            "the server could not start its threads", threads_limit(", or lower --threads")
-        ) from None
+        with server_threads():
+            for _ in range(threads):
+                executor.submit(go.wait)  # each held: the next task needs a thread of its own
     finally:
         go.set()
 

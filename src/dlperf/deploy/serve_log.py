@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import IO
 
-from dlperf.errors import NoThreads, out_of_threads, threads_limit
+from dlperf.deploy.batcher import server_threads
 
 # uvicorn's loggers, whose handlers (its dictConfig's, on stderr and stdout) are replaced.
 LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
@@ -40,14 +40,8 @@ class Writer:
         self.lock = threading.Lock()
         self.written_at = time.monotonic()  # when a line was last written
         self.thread = threading.Thread(target=self._run, name="serve-log", daemon=True)
-        try:
+        with server_threads():
             self.thread.start()
-        except RuntimeError as e:  # as the batcher's threads are refused (batcher.start_threads)
-            if not out_of_threads(e):
-                raise
-            raise NoThreads(
-                "the server could not start its threads", threads_limit(", or lower --threads")
-            ) from None
 
     def put(self, stream: IO[str], line: str) -> None:
         try:

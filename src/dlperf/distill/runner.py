@@ -336,16 +336,14 @@ class _Study:
                 try:
                     self.store.get_run(given.run_id)
                 except NoSuchRun:
-                    pass
-                else:  # another run's, not the teacher's
-                    raise
-                # Deleted by another process since the plan checked it: "no run 1 in the
-                # store", exit 2, blamed the input, which named no run (or named one there)
-                raise GoneMeanwhile(
-                    f"teacher run {given.run_id} was deleted (`dlperf runs delete`) while "
-                    "distill scored with it",
-                    "run distill again: without --teacher it trains a teacher anew",
-                ) from None
+                    # Deleted by another process since the plan checked it: "no run 1 in the
+                    # store", exit 2, blamed the input, which named no run (or named one there)
+                    raise GoneMeanwhile(
+                        f"teacher run {given.run_id} was deleted (`dlperf runs delete`) while "
+                        "distill scored with it",
+                        "run distill again: without --teacher it trains a teacher anew",
+                    ) from None
+                raise  # another run's, not the teacher's
         return self.scored
 
     def select(self, given: teacher.Teacher, k: int) -> Selected:

@@ -70,7 +70,7 @@ from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
 from dlperf.errors import (
     UserError,
-    error_text,
+    error_said,
     memory_limit,
     model_exited,
     model_frames,
@@ -612,8 +612,7 @@ def model_raised(e: BaseException, rank: int) -> str | None:
     Module frames above the model's, read as a fault of torch's or dlperf's."""
     if not (walked := model_frames(e)):
         return None
-    text = error_text(e)  # a model's exception whose own __str__ raises is told too
-    said = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    said = error_said(e)  # a model's exception whose own __str__ raises is told too
     frames = traceback.format_list(walked)
     head = f"worker rank {rank} failed: the model raised {one_line(said)}"
     return "\n".join([head, *(frame.rstrip("\n") for frame in frames)])
