@@ -131,3 +131,52 @@ def test_a_wrong_password_is_refused_at_once_in_one_line(cli: Cli, one_run: str)
     err = _one_line(cli("runs", "export", "1", "--to", "mlflow", "--uri", uri))
     assert err.startswith(f"error: MLflow at {wrong.render_as_string()}: cannot connect"), err
     assert "password authentication failed" in err and err.endswith(f"{CONNECT_HINT}\n")
+
+
+# Round 65 (Y2 causes 1 and 3): a refused driver option was blamed on the server and the
+# credentials ("is the database server running ..."); a password holding an unescaped @ had
+# its tail printed by the driver as a host. Now the first gets a hint naming the URL's
+# options and the PG* variables, and the second is refused before anything connects.
+OPTION_HINT = (
+    "(the driver refuses an option: check the URL's ?name=value options and the PG* "
+    "environment variables (PGCONNECT_TIMEOUT, PGSSLMODE))"
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("?connect_timeout=abc", "bad value for connect_timeout: 'abc'"),
+        ("?foo=bar", 'invalid connection option "foo"'),
+    ],
+)
+def test_an_option_the_driver_refuses_is_named_as_such(
+    cli: Cli, one_run: str, query: str, reason: str
+) -> None:
+    uri = f"postgresql://u:pw@127.0.0.1:1/y2{query}"  # refused before any connection is tried
+    done = cli("runs", "export", "1", "--to", "mlflow", "--uri", uri)
+    assert done.code == 2, done.err
+    assert done.err == (
+        f"error: MLflow at postgresql://u:***@127.0.0.1:1/y2{query}: cannot connect to its "
+        f"database ({reason}) {OPTION_HINT}\n"
+    )
+
+
+def test_a_bad_pgconnect_timeout_gets_the_options_hint(
+    cli: Cli, one_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "abc")
+    done = cli("runs", "export", "1", "--to", "mlflow", "--uri", "postgresql://u:pw@127.0.0.1:1/y2")
+    assert done.code == 2, done.err
+    assert done.err.endswith(f"(bad value for connect_timeout: 'abc') {OPTION_HINT}\n"), done.err
+
+
+def test_an_unescaped_at_in_the_password_is_refused_unsaid(cli: Cli, one_run: str) -> None:
+    uri = "postgres://dlperf:Zq@Xs9@127.0.0.1:1/y2"
+    done = cli("runs", "export", "1", "--to", "mlflow", "--uri", uri)
+    assert done.code == 2, done.err
+    assert done.err == (
+        "error: MLflow at postgresql://dlperf:***@127.0.0.1:1/y2: its user name or password "
+        "holds an unescaped @ (write @ in a password as %40, e.g. postgresql://user:p%40ss@host/db)\n"
+    )
+    assert "Xs9" not in done.err
