@@ -23,15 +23,16 @@ import re
 import subprocess
 import sys
 import time
+import traceback
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dlperf import stopping
 from dlperf.config import Experiment, stored_experiment
 from dlperf.config.experiment import ListedOnce, WeightsRuns, changed_source
-from dlperf.errors import StoreGone, UserError, interrupted
+from dlperf.errors import StoreGone, UserError, interrupted, model_frames
 from dlperf.parsing import one_line
 from dlperf.paths import error_line
 from dlperf.procs import POLL_S, Supervisor, ended_how, process_alive, stop_codes
@@ -236,7 +237,9 @@ def run_point(
         # model file's import refused in a UserError): the point was stopped, not failed.
         if interrupted(e):
             raise KeyboardInterrupt from e
-        return record_failure(store, exp, study_id, since, failure(e))
+        failed = record_failure(store, exp, study_id, since, failure(e))
+        lines = "".join(traceback.format_list(model_frames(e))).splitlines()
+        return replace(failed, frames=tuple(lines))
 
 
 def being_deleted(
@@ -311,7 +314,13 @@ class SweepRun:
             )
             return True
         first = (result.error or "").splitlines()[:1]
-        self.reporter.log(f"{where} {result.status}: {first[0] if first else ''}")
+        said = first[0] if first else ""
+        # The model's own error, told as `dlperf run` tells it: its line, then its frames
+        self.reporter.log(
+            f"{where} {result.status}: {'the model raised ' * bool(result.frames)}{said}"
+        )
+        for line in result.frames:
+            self.reporter.log(line)
         return self.on_failure == "continue"
 
     def claimed(self, point: Point) -> bool:

@@ -46,6 +46,10 @@ class SweepPointResult(Record):
     throughput: float | None = None
     train_time_s: float | None = None
     epochs: int | None = None
+    # Where the model's own code raised `error` (a point's model failing mid-training): its
+    # frames' lines, from the model file's first on, which the sweep's log shows as `dlperf
+    # run` does; not stored with the run (its error is the line alone, as `run` stores it).
+    frames: tuple[str, ...] = ()
 
     @classmethod
     def of_run(
