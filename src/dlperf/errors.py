@@ -36,6 +36,23 @@ PYTHONS_OWN = (NameError, AttributeError, ZeroDivisionError, RecursionError, Imp
 _WHERE = "dlperf, where: "
 
 
+# The note on a stop's KeyboardInterrupt that says what the stop left part-done (an MLflow run
+# part-written), for the command to say after the stop (Typer turns the interrupt into exit
+# code 130 before the command line's error table sees it): the library prints nothing.
+_LEFT = "dlperf, stopped: "
+
+
+def note_left(stop: KeyboardInterrupt, line: str) -> None:
+    """Note on `stop` what it left part-done, for the command line to say."""
+    stop.add_note(_LEFT + line)
+
+
+def noted_left(stop: KeyboardInterrupt) -> list[str]:
+    """What `note_left` noted on `stop`, in order."""
+    notes = [n for n in getattr(stop, "__notes__", ()) if isinstance(n, str)]
+    return [n.removeprefix(_LEFT) for n in notes if n.startswith(_LEFT)]
+
+
 def note_where(e: BaseException, where: str) -> None:
     """Note on `e` (a model's own exception) where it was raised: "lr.toml point 3 (...)"."""
     e.add_note(_WHERE + where)

@@ -64,7 +64,7 @@ from sqlalchemy.orm import Session
 
 from dlperf import stopping
 from dlperf.config.base import LOCALE_FIX
-from dlperf.errors import UserError, causes
+from dlperf.errors import UserError, causes, note_left
 from dlperf.formatting import clip, few
 from dlperf.parsing import flatten, printable
 from dlperf.paths import one_file, writing
@@ -912,7 +912,7 @@ def export_mlflow(
             for plan in plans:
                 try:
                     exported[str(plan.run.id)] = _write_mlflow_run(
-                        store, client, experiment_id, plan, warnings
+                        store, client, experiment_id, plan, warnings, list(exported)
                     )
                 except (MlflowException, SQLAlchemyError) as e:
                     before = ", ".join(exported) or "none"
@@ -950,6 +950,15 @@ def export_mlflow(
         "warnings": warnings,
         "gone": gone,
     }
+
+
+def _stopped_mlflow_run(run_id: int, mlflow_id: str, before: list[str]) -> str:
+    whole = ", ".join(before) or "none"
+    return (
+        f"stopped exporting run {run_id}: MLflow run {mlflow_id} holds the part written before "
+        f"the stop, marked KILLED; runs exported whole before it: {whole} (export run {run_id} "
+        f"again for a whole one, and delete the part: mlflow runs delete --run-id {mlflow_id})"
+    )
 
 
 @dataclass
@@ -1140,8 +1149,15 @@ def _utc(at: float) -> str:
 
 
 def _write_mlflow_run(
-    store: RunStore, client: Any, experiment_id: str, plan: _MlflowRun, warnings: list[str]
+    store: RunStore,
+    client: Any,
+    experiment_id: str,
+    plan: _MlflowRun,
+    warnings: list[str],
+    before: list[str],
 ) -> dict[str, Any]:
+    """Write `plan`'s run to MLflow; `before`: the runs this export wrote whole before it,
+    for the line a stop in it leaves."""
     run = plan.run
     # A name holding ESC or NUL (a store of an older dlperf, another writer) is shown escaped.
     name = printable(run.name)
@@ -1149,20 +1165,26 @@ def _write_mlflow_run(
     mlflow_id = created.info.run_id
     try:
         artifacts = _write_mlflow_parts(store, client, mlflow_id, plan, warnings)
-    except BaseException:
-        # A run that fails part-way ends FAILED in MLflow, never RUNNING; the failure that
+        status = run.status
+        if status != "running":
+            last = max((w for points in plan.series.values() for _, _, w in points), default=None)
+            # A lost run never ended: its last metric is the best guess, its start without one
+            # (MLflow would take the moment of export).
+            end = plan.ended or last or plan.started
+            mlflow_status = MLFLOW_STATUS.get(status, "RUNNING")
+            client.set_terminated(mlflow_id, status=mlflow_status, end_time=round(end * 1000))
+    except BaseException as e:
+        # A run that fails part-way ends FAILED in MLflow, never RUNNING, and one a stop
+        # signal cut ends KILLED, MLflow's status for a run its user stopped; the failure that
         # stopped it is what the caller hears, not one from this mark.
+        stopped = e if isinstance(e, KeyboardInterrupt) else None
         with contextlib.suppress(Exception):
-            client.set_terminated(mlflow_id, status="FAILED")
+            client.set_terminated(mlflow_id, status="FAILED" if stopped is None else "KILLED")
+        if stopped is not None:
+            # Said after the stop: it left a part-written run that a second export does not
+            # replace (it makes another), where nothing was said of it.
+            note_left(stopped, _stopped_mlflow_run(run.id, mlflow_id, before))
         raise
-    status = run.status
-    if status != "running":
-        last = max((w for points in plan.series.values() for _, _, w in points), default=None)
-        # A lost run never ended: its last metric is the best guess, its start without one
-        # (MLflow would take the moment of export).
-        end = plan.ended or last or plan.started
-        mlflow_status = MLFLOW_STATUS.get(status, "RUNNING")
-        client.set_terminated(mlflow_id, status=mlflow_status, end_time=round(end * 1000))
     return {
         "mlflow_run_id": mlflow_id,
         "params": len(plan.params),

@@ -10,7 +10,7 @@ from dlperf import stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, PathText, open_store
 from dlperf.cli.runs import runs_app
-from dlperf.errors import UserError
+from dlperf.errors import UserError, noted_left
 from dlperf.parsing import not_blank
 
 TARGETS = ("mlflow", "tensorboard")  # dlperf.exporters.TARGETS, without importing it for --help
@@ -65,7 +65,12 @@ def runs_export(
 
     store = open_store(create=False)
     if to == "mlflow":
-        result = exporters.export_mlflow(store, run_ids, uri, experiment)
+        try:
+            result = exporters.export_mlflow(store, run_ids, uri, experiment)
+        except KeyboardInterrupt as stop:  # a run it left part-written in MLflow is named
+            for left in noted_left(stop):
+                console.err_line(left)
+            raise
     else:
         result = exporters.export_tensorboard(store, run_ids, Path(out))
     # The export is in place: a stop signal from here on does not unsay it, as `run`'s once
