@@ -16,6 +16,10 @@ finds a run's workers by that pattern in a log directory.
 
 from __future__ import annotations
 
+import errno
+import gzip
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -47,6 +51,16 @@ def check_fits(run: RunConfig, steps: int) -> None:
             f"after them, but this run trains {steps} steps",
             "lower run.warmup_steps or run.profile.active, or train longer",
         )
+
+
+def _whole(raw: Path) -> bool:
+    """Whether Kineto wrote its whole trace to `raw`: a JSON object, whose last byte (trailing
+    white space aside) closes it; a refused write leaves the file empty or cut."""
+    if not raw.is_file() or raw.stat().st_size == 0:
+        return False
+    with raw.open("rb") as f:
+        f.seek(max(0, raw.stat().st_size - 64))
+        return f.read().rstrip().endswith(b"}")
 
 
 class ProfileWindow(Component):
@@ -130,11 +144,21 @@ class ProfileWindow(Component):
             self._profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def _write(self, prof: profile) -> None:
-        # Beside its name and renamed when whole (the temporary's name ends in .gz too, which
-        # has torch gzip it): torch gzipped straight onto the name, and a full disk left a
-        # cut-off trace there. A refused write names no file: the one line names the trace.
-        with writing(self.path), replaced(self.path) as part:
-            prof.export_chrome_trace(str(part))
+        # Beside its name and renamed when whole: torch gzipped straight onto the name, and a
+        # full disk left a cut-off trace there. A refused write names no file: the one line
+        # names the trace.
+        with writing(self.path), replaced(self.path) as part, tempfile.TemporaryDirectory() as d:
+            raw = Path(d) / "trace.json"
+            with profiler_quiet():  # its "Failed to write to log file!": told below instead
+                prof.export_chrome_trace(str(raw))
+            # Kineto only logs a write it could not make (a file size limit, a full disk) and
+            # leaves its file empty; torch then gzipped the empty file into place, a run
+            # stored finished with a trace that reads as nothing.
+            if not _whole(raw):
+                why = "a full disk, or a file size limit: ulimit -f"
+                raise OSError(errno.EIO, f"torch's profiler could not write it ({why})")
+            with raw.open("rb") as source, gzip.open(part, "wb") as target:
+                shutil.copyfileobj(source, target)
         self.written = True
 
     def __enter__(self) -> ProfileWindow:
