@@ -114,15 +114,30 @@ def error_said(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+# The C++ backtrace torch's C++ errors (c10::Error) carry in their text, after their message:
+# "Exception raised from THPUtils_unpackLong at /__w/pytorch/.../python_numbers.h:79 (most
+# recent call first):" and a line a frame ("frame #0: c10::Error::Error(...) + 0x9d (0x7f...
+# in .../libc10.so)", "<omitting python frames>"), up to 60 of them. A Python error that
+# quotes one (a model.kwargs integer past int64 given to nn.Linear: torch's TypeError quotes
+# "Overflow when unpacking long long" and its frames) holds it in the middle of its text.
+_CPP_BACKTRACE = re.compile(
+    r"\n?Exception raised from [^\n]* \(most recent call first\):"
+    r"(?:\n(?:frame #\d+: |<omitting python frames>)[^\n]*)*\n?"
+)
+
+
 def error_text(e: BaseException) -> str:
-    """`str(e)`, or `<str() failed>` where the exception's own __str__ raises: its text is
-    formatted while it is being handled (the failed run's error, the CLI's line), where the
-    __str__'s error replaced the user's and left the run unmarked. Here, not in parsing: the
-    checks below read the text of whatever a model or a library raised."""
+    """`str(e)` without the C++ backtrace torch's errors may carry (1.5 KB of frames,
+    addresses and build paths inside a one-line error), or `<str() failed>` where the
+    exception's own __str__ raises: its text is formatted while it is being handled (the
+    failed run's error, the CLI's line), where the __str__'s error replaced the user's and
+    left the run unmarked. Here, not in parsing: the checks below read the text of whatever a
+    model or a library raised, and every line dlperf makes of it takes it from here."""
     try:
-        return str(e)
+        text = str(e)
     except Exception:
         return "<str() failed>"
+    return _CPP_BACKTRACE.sub("", text)
 
 
 # What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain

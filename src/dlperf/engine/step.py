@@ -23,11 +23,13 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from dlperf.analytic.counting import UNFED_HOOK
+from dlperf.analytic.counting import UNFED_HOOK, backward_hint
 from dlperf.config import RunConfig, TrainConfig
-from dlperf.engine.checks import IN_INIT, Held, Kept, refuse_compiling
+from dlperf.engine.checks import IN_INIT, Held, Kept, first_line, refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
-from dlperf.errors import UserError
+from dlperf.engine.train_loop import StepError
+from dlperf.errors import UserError, error_text, interrupted, model_frames, out_of_memory
+from dlperf.formatting import few
 from dlperf.precision import autocast as precision_autocast
 
 
@@ -69,6 +71,22 @@ class ModelGrew(WrongOutput):
             "optimizer was built: what it adds never trains, and its checkpoint fits no "
             f"network its factory builds; {IN_INIT}"
         )
+
+
+class StepFailed(WrongOutput, StepError):
+    """torch's error in a training step's backward or optimizer step, past the dry checks that
+    passed the model (a forward that edits an autograd output in place from its 12th call, or
+    reassigns a parameter's .data at another shape): the run fails in this one line, torch's
+    message and the fix where one is known, as the dry backward says it before a run, rather
+    than in dlperf's 55-line traceback. The loop that took the step names it (StepError)."""
+
+    def __init__(self, what: str, said: str, hint: str | None) -> None:
+        super().__init__(what, said, hint)
+        self.what, self.said, self.hint = what, said, hint
+
+    def __str__(self) -> str:
+        line = f"{self.what} failed{self.at()}: {self.said}"
+        return f"{line} ({self.hint})" if self.hint else line
 
 
 def check_output(
@@ -187,9 +205,15 @@ class TrainStep:
     classes: int | None = None
     # What the model held as the optimizer was built from it: see check_not_grown.
     held: Held = field(init=False)
+    # Its parameters' shapes then: a forward that reassigns one's .data at another shape
+    # fails the backward or the optimizer step, whose error names no parameter (StepFailed).
+    shapes: dict[str, torch.Size] = field(init=False)
 
     def __post_init__(self) -> None:
         self.held = Held.of(self.model)
+        self.shapes = {
+            n: p.shape for n, p in self.model.named_parameters() if not nn.parameter.is_lazy(p)
+        }
 
     def check_not_grown(self) -> None:
         """Raise ModelGrew where the model holds parameters or persistent buffers it did not
@@ -212,23 +236,67 @@ class TrainStep:
             self.classes = check_output(self.model, output, y, self.classes)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")
-        with warnings.catch_warnings():  # microseconds a step
-            # A full backward hook on the first layer gets grad_input None, the images needing
-            # no gradient: torch warned of it at the first step, naming this line; the dry
-            # backward before the run says it once, in dlperf's words (checks.dry_backward)
-            warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
-            self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        name = type(self.model).__name__
+        try:
+            with warnings.catch_warnings():  # microseconds a step
+                # A full backward hook on the first layer gets grad_input None, the images
+                # needing no gradient: torch warned of it at the first step, naming this line;
+                # the dry backward before the run says it once, in dlperf's words
+                # (checks.dry_backward)
+                warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
+                self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        except RuntimeError as e:
+            if (failed := self._failed(e, f"model {name}'s backward", backward=True)) is None:
+                raise
+            raise failed from e
         self.timer.mark("backward")
-        with self.reduced():
-            if self.grad_clip is not None:
-                self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
+        try:
+            with self.reduced():
+                if self.grad_clip is not None:
+                    self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled
+                    nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+                self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
+        except RuntimeError as e:
+            what = f"model {name}'s optimizer step ({type(self.optimizer).__name__})"
+            if (failed := self._failed(e, what, backward=False)) is None:
+                raise
+            raise failed from e
         self.scaler.update()
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         self.timer.mark("optimizer")
         return Stepped(loss.detach(), output, lr)
+
+    def _failed(self, e: RuntimeError, what: str, backward: bool) -> StepFailed | None:
+        """The one line for torch's error `e` in `what` (the `backward`, or the optimizer step);
+        None for one told otherwise: the model's own code's (a custom Function's backward:
+        its frames), running out of memory (the memory's line), a stop's, and any met by a
+        distributed step (a peer that left fails DDP's all-reduce in the backward, Horovod's
+        in `reduced`: the launcher tells which rank failed first)."""
+        if model_frames(e) or out_of_memory(e) or interrupted(e) or self._distributed():
+            return None
+        now = dict(self.model.named_parameters())
+        reshaped = [
+            f"{n} {list(shape)} -> {list(now[n].shape)}"
+            for n, shape in self.shapes.items()
+            if n in now and not nn.parameter.is_lazy(now[n]) and now[n].shape != shape
+        ]
+        hint: str | None = None
+        if reshaped:  # the cause, which torch's error does not name
+            hint = (
+                f"its forward changed the shape of {few(reshaped, 4)} during training, after "
+                "the optimizer was built: a parameter keeps its shape; make a layer of each "
+                "shape it needs in __init__"
+            )
+        elif backward:  # the dry backward's fix, where torch's error is one it knows
+            known = backward_hint(error_text(e))
+            hint = None if known == backward_hint("") else known  # its fallback: no fix known
+        return StepFailed(what, first_line(e), hint)
+
+    def _distributed(self) -> bool:
+        """Whether the step reduces across processes (DDP's process group, Horovod's)."""
+        group = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return group or self.reduced is not nullcontext
 
     def state_dict(self) -> dict[str, Any]:
         return {

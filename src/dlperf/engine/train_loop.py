@@ -79,6 +79,20 @@ class Progress:
         self.step_times += step_times
 
 
+class StepError(Exception):
+    """An error of one step that names where it was taken: the loop that took the step tells
+    it the step (`state.step`'s count, this one included) and the epoch. Here, without torch,
+    for the step's own errors to subclass (dlperf.engine.step.StepFailed)."""
+
+    step: int | None = None
+    epoch: int | None = None
+
+    def at(self) -> str:
+        """Where the loop took the step, as its line says it: " at step 12 (epoch 1)"; ""
+        where no loop told it."""
+        return "" if self.step is None else f" at step {self.step} (epoch {self.epoch})"
+
+
 def train_loop(
     step: Step,
     epochs: Iterable[tuple[int, Iterable[Batch]]],
@@ -101,7 +115,11 @@ def train_loop(
         for component in components:
             component.on_epoch_start(epoch, batches)
         for x, y in batches:
-            stepped = step(x, y)
+            try:
+                stepped = step(x, y)
+            except StepError as e:
+                e.step, e.epoch = state.step + 1, epoch
+                raise
             state.step += 1
             done = StepEnd(trainer, state.step, x, y, stepped, model, rank, world)
             for component in components:
