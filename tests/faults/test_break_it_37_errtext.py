@@ -185,7 +185,7 @@ def test_a_sweep_point_whose_model_raises_such_an_exception_fails_in_one_line(
     # before: "error: the model raised RuntimeError: str broke" ended the sweep, the point's
     # error unrecorded
     assert result.code == 1, result.err
-    assert "point 1/1 failed: StrBroke: <str() failed>" in result.err, result.err
+    assert "point 1/1 failed: the model raised StrBroke: <str() failed>" in result.err, result.err
     assert "str broke" not in result.err, result.err
     assert [(r.status, r.error) for r in dlperf.Store(db).runs()] == [
         ("failed", "StrBroke: <str() failed>")
