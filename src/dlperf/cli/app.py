@@ -163,7 +163,8 @@ def open_listing() -> Listing:
 def said_if_mistyped() -> None:
     """A warning, for a command that lists the runs of a SQLite store that is not there, where
     a name in its path starts or ends with white space (`urls.absent_note`): an empty listing
-    or "the run store holds no runs" did not say the path is most likely mistyped."""
+    did not say the path is most likely mistyped. (`report` and `doctor` refuse such a store
+    in the line that says so: `query.no_runs`.)"""
     from dlperf.cli import console
     from dlperf.store.reading import sqlite_path
     from dlperf.store.urls import absent_note

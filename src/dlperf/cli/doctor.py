@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, db_words, open_store, said_if_mistyped
+from dlperf.cli.app import Json, app, db_words, open_store
 from dlperf.errors import CheckFailed, NoSuchRun
 from dlperf.formatting import as_written
 
@@ -37,7 +37,7 @@ def doctor(
     from dlperf.store.query import check_limit
 
     check_limit(last, "--last")
-    said_if_mistyped()
+    # A store not there is said by `select` (no runs) or by the run asked of it, space and all.
     store = open_store(create=False)
     ids = lib.select(store, run_ids or (), study, last)
     gone: list[int] = []

@@ -23,6 +23,7 @@ from dlperf.doctor.rules import RULES, SEVERITIES
 from dlperf.doctor.view import RunView, Stored
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.store import RunStore
+from dlperf.store.query import no_runs
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "examine", "select"]
 
@@ -58,7 +59,7 @@ def select(
     if last is not None or not (run_ids or study_ids):
         newest = store.list_runs(limit=last or 1)
         if not newest and not chosen:
-            raise UserError("the run store holds no runs", "train one: dlperf run EXP.toml")
+            raise no_runs(store.engine)
         chosen |= {r.id for r in newest}
     return sorted(chosen)
 

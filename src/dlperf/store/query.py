@@ -15,6 +15,7 @@ import re
 import signal
 import time
 import tomllib
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
-from dlperf.formatting import FIXED_MAX, fmt, scaled
+from dlperf.formatting import FIXED_MAX, few, fmt, scaled
 from dlperf.parsing import (
     clipped,
     did_you_mean,
@@ -81,6 +82,12 @@ MIB = 2**20
 
 # The execution option of a stand-in store (`RunStore._empty`): why the store is not there.
 ABSENT = "dlperf_absent"
+# How many keys of a table the refusal of `--where TABLE=...` names (`train` has 22).
+TABLE_KEYS_NAMED = 5
+# How to name the store, for a reader of a store that is not there.
+GIVE_STORE = (
+    "give the store with --db or DLPERF_DB (by default: ./dlperf.db, in the current directory)"
+)
 
 
 def no_such_run(bind: Engine | Connection, ids: str, then: str = "") -> NoSuchRun:
@@ -88,12 +95,19 @@ def no_such_run(bind: Engine | Connection, ids: str, then: str = "") -> NoSuchRu
     not there (a mistyped --db, most likely), that the store is not there and how to give it."""
     absent = bind.get_execution_options().get(ABSENT)
     if absent:
-        return NoSuchRun(
-            f"no run {ids}: {absent}{then}",
-            "give the store with --db or DLPERF_DB (by default: ./dlperf.db, in the current "
-            "directory)",
-        )
+        return NoSuchRun(f"no run {ids}: {absent}{then}", GIVE_STORE)
     return NoSuchRun(f"no run {ids} in the store{then}", "see `dlperf runs list`")
+
+
+def no_runs(bind: Engine | Connection) -> UserError:
+    """The refusal of a reader of the newest runs (`report`, `doctor`) where there are none:
+    "the run store holds no runs" of a store that is there; of the stand-in of a store that
+    is not there, what `no_such_run` says of it (its path, that it is not there, how to give
+    it). A mistyped path was told it held no runs, as if there and empty, and to train one."""
+    absent = bind.get_execution_options().get(ABSENT)
+    if absent:
+        return UserError(absent, GIVE_STORE)
+    return UserError("the run store holds no runs", "train one: dlperf run EXP.toml")
 
 
 def config_value(config: dict[str, Any], dotted: str) -> Any:
@@ -776,15 +790,19 @@ def differing_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
-    """A key no run and no experiment has is bad input, with the closest key as a hint; so is
-    a status no run can have, and a kind (`_check_kind`)."""
+    """A key no run and no experiment has is bad input, with the closest key as a hint, and a
+    table of the config with its keys (`_refuse_table`); so is a status no run can have, and
+    a kind (`_check_kind`)."""
     from dlperf.config import describe
 
-    configs = {k for k, _ in describe()}
+    # In the order a table's keys are offered: the experiment's as documented, then the runs'.
+    described = [k for k, _ in describe()]
+    configs = set(described)
     tags: set[str] = set()
     for run in runs:
         configs |= set(run.flat_config)
         tags |= {f"tag.{t}" for t in run.tags}
+    ordered = described + sorted(configs - set(described))
     known = configs | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     for run in runs:
         known |= set(run.flat_summary)
@@ -793,7 +811,7 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     offered = {k for k in known if nameable(k)}
     for key in (c.key for c in conditions):
         if key.startswith(CONFIG):
-            _check_config_key(key, configs)
+            _check_config_key(key, configs, ordered)
             continue
         held = tags if key.startswith("tag.") else known
         if stored_as(key, held) is not None:  # café held as cafe\u0301 too
@@ -804,6 +822,7 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
             raise UserError(
                 f"--where {clipped(key)}: no listed run has tag {quoted(key[4:])}", hint
             )
+        _refuse_table(key, ordered)
         hint = did_you_mean(
             key,
             _near(key, offered),
@@ -822,11 +841,27 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
             _check_kind(c.value, runs, "--where: ")
 
 
-def _check_config_key(key: str, configs: set[str]) -> None:
+def _refuse_table(key: str, ordered: list[str], prefix: str = "") -> None:
+    """A `key` that names a table of the config (a run's own, `k` of `k = {a = 2}`, or the
+    experiment's, `train.schedule`) is refused as one, naming its keys (the first of them, in
+    `ordered`'s order), each after `prefix` (`config.`). A value never equals a table: it was
+    "unknown key 'k'", with generic keys that no listed run has, or one key of the table."""
+    under = unicodedata.normalize("NFC", key) + "."
+    keys = [k for k in ordered if nameable(k) and unicodedata.normalize("NFC", k).startswith(under)]
+    if keys:
+        named = few([quoted(prefix + k) for k in keys], TABLE_KEYS_NAMED)
+        raise UserError(
+            f"--where: {quoted(prefix + key)} is a table of the config, not a value",
+            f"name one of its keys: {named}",
+        )
+
+
+def _check_config_key(key: str, configs: set[str], ordered: list[str]) -> None:
     """`config.KEY` where KEY is no listed run's config key and no experiment's is bad input,
-    with the closest config key as a hint."""
+    with the closest config key as a hint, and a table of the config with its keys."""
     if stored_as(key.removeprefix(CONFIG), configs) is not None:
         return
+    _refuse_table(key.removeprefix(CONFIG), ordered, CONFIG)
     offered = {CONFIG + k for k in configs if nameable(k)}
     hint = did_you_mean(
         key, _near(key, offered), "config.KEY reads a config key: config.train.lr", quote=True

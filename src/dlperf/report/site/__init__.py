@@ -38,6 +38,7 @@ from dlperf.paths import locked_folder
 from dlperf.procs import ended_how
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
+from dlperf.store.query import no_runs
 from dlperf.store.record import RunRecord
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def select(
     if last is not None or not (run_ids or study_ids):
         runs.update({r.id: r for r in store.list_runs(limit=last or DEFAULT_LAST)})
     if not runs and not studies:
-        raise UserError("the run store holds no runs", "train one: dlperf run EXP.toml")
+        raise no_runs(store.engine)
     studies |= {r.study_id for r in runs.values() if r.study_id is not None}
     return sorted(runs, reverse=True), sorted(studies, reverse=True)
 
