@@ -56,6 +56,7 @@ from dlperf.errors import (
     raised_by_model,
 )
 from dlperf.formatting import few, ran_out
+from dlperf.models.torch_hooks import HooksAndModes
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
@@ -441,7 +442,13 @@ def _as_script(path: Path) -> Iterator[None]:
 # real os._exit, with the model's status: dlperf's work is done (stored, its output flushed
 # first), os._exit does not return (the model's code after it must not run), and any module
 # Python imports ends its process so. One line says whose status it is.
+#
+# A process forked from dlperf's (a model file's multiprocessing.Process or Pool worker, under
+# the "fork" start method) inherits the guard, and multiprocessing ends each child with
+# os._exit: there it is the child's own exit, never dlperf's. Refused, the child ran on into
+# dlperf's error handling ("error: model file ... called os._exit(0)") as a second dlperf.
 _EXITS: list[Callable[[int], NoReturn]] = []  # the os._exit the guard wraps, once installed
+_GUARDED: list[int] = []  # the pid of the process that installed the guard: dlperf's
 _REFUSING = threading.local()  # `on`: inside _no_os_exit in this thread
 _EXITING = threading.Event()  # set by the exit handler `_exiting`: the process is ending
 
@@ -470,6 +477,8 @@ def _by_interpreter(frame: FrameType) -> bool:
 
 
 def _guarded_exit(status: int) -> NoReturn:
+    if os.getpid() not in _GUARDED:  # a forked child's exit (above): its own to make
+        _EXITS[0](status)
     try:
         caller: FrameType | None = sys._getframe(1)
     except ValueError:  # called from C with no Python frame: atexit.register(os._exit, 3)
@@ -504,7 +513,7 @@ def _no_os_exit() -> Iterator[None]:
     thread while the block runs (a model file's import: a library it calls too) a ModelOsExit.
     Called from any other thread, or later from code not a model file's, it is os._exit."""
     if os._exit is not _guarded_exit:
-        _EXITS[:] = [os._exit]
+        _EXITS[:], _GUARDED[:] = [os._exit], [os.getpid()]
         os._exit = _guarded_exit
     before = getattr(_REFUSING, "on", False)
     _REFUSING.on = True
@@ -586,6 +595,30 @@ def _children() -> set[int]:
                         if int(stat[1]) == os.getpid():
                             found.add(int(entry.name))
     return {pid for pid in found if alive(pid)}
+
+
+def _multiprocessings() -> tuple[set[int], set[int]]:
+    """The pids of this process's multiprocessing children that end as it exits, and of
+    those it waits for then. multiprocessing's exit handler ends its daemonic processes (a
+    Pool's workers) and joins the others; its forkserver and resource tracker end as the pipe
+    from this process closes. Named as left running "and outliving this command", a Pool's
+    workers sent the user hunting for processes that were gone."""
+    if "multiprocessing" not in sys.modules:  # nothing it started: not imported for this
+        return set(), set()
+    import multiprocessing
+
+    ended: set[int | None] = set()
+    joined: set[int | None] = set()
+    for process in multiprocessing.active_children():
+        (ended if process.daemon else joined).add(process.pid)
+    helpers = (
+        ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid"),
+        ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
+    )
+    for name, instance, pid in helpers:
+        module = sys.modules.get(name)
+        ended.add(getattr(getattr(module, instance, None), pid, None))
+    return {p for p in ended if p is not None}, {p for p in joined if p is not None}
 
 
 def _command(pid: int) -> str:
@@ -952,15 +985,17 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
     """The block (a model file's import, its factory's call) with the stop signals' handlers,
     the working directory, a lowered recursion limit, torch's default dtype and device, its
     anomaly mode, deterministic algorithms and flush denormal (`_Autograd`), its torch.backends
-    settings, the functions of its namespaces the model replaced and the timers it armed put
-    back as they were, and the child processes it started named, each told in one line
-    (`note`)."""
+    settings, its global module hooks and modes (`HooksAndModes`), the functions of its
+    namespaces the model replaced and the timers it armed put back as they were, and the
+    child processes it started that outlive dlperf or hold its exit named, each told in one
+    line (`note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
     limit, timers = sys.getrecursionlimit(), _timers_now()
     autograd, backends, functions = _Autograd.now(), _backends_now(), _functions_now()
+    hooks = HooksAndModes.now()
     try:
         yield
     finally:
@@ -968,7 +1003,10 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
         notes = _recursion_kept(path, when, limit)
         notes += _timers_put_back(timers, path, when)
         _exit_handler_last()  # to run before any exit handler the block registered
+        # The default device first (torch holds it as a mode of its own, at the stack's
+        # bottom), then the file's modes, before the checks below run torch code under them
         notes += torch_defaults_kept(path, when, dtype, device)
+        notes += hooks.put_back(path, when)
         notes += autograd.put_back(path, when)
         notes += _backends_put_back(backends, path, when)
         notes += _functions_put_back(functions, path, when)
@@ -992,10 +1030,16 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
                     f"model file {path} changed the working directory to {moved} {when}; set "
                     f"back to {cwd}, where relative paths (run.out_dir, --out) are read from"
                 )
-        for pid in sorted(_children() - children):
+        ended, joined = _multiprocessings()
+        for pid in sorted(_children() - children - ended):
             notes.append(
                 f"model file {path} started process {pid} ({_command(pid)}) {when}: it is the "
-                "model's, left running, and outlives this command unless the model ends it"
+                + (
+                    "model's, left running, and dlperf waits for it to end as it exits "
+                    "(multiprocessing joins the processes it started), unless the model ends it"
+                    if pid in joined
+                    else "model's, left running, and outlives this command unless the model ends it"
+                )
             )
         for said in notes:
             note(said, path)

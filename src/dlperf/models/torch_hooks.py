@@ -1,0 +1,193 @@
+"""torch's process-wide hooks and modes, as a model file may leave them on.
+
+A model file's top level (or its factory) may register one of torch's global module hooks
+(`torch.nn.modules.module.register_module_forward_hook` and the pre, backward and registration
+ones) or enter a TorchFunctionMode or TorchDispatchMode (`Mode().__enter__()`). Either stays on
+for the rest of the process: every model built after it, a `--jobs 1` sweep's other points
+(even those trained before it: a sweep builds every point first), distill's student baseline,
+trained through the file's hook and was stored at chance, unsaid. `HooksAndModes.now()` holds
+them as the process has them; `put_back` sets them back after the import or the factory call
+(registry._process_kept), one line each kind, as the file's own versions of torch's functions
+are: its own model then runs without them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_hooks
+import torch.utils._python_dispatch as python_dispatch
+from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals
+from torch.utils._device import DeviceContext
+
+from dlperf.formatting import few
+
+# torch.nn.modules.module's dicts of global hooks, each by the function that registers into it
+_HOOKS = {
+    "_global_forward_pre_hooks": "register_module_forward_pre_hook",
+    "_global_forward_hooks": "register_module_forward_hook",
+    "_global_backward_pre_hooks": "register_module_full_backward_pre_hook",
+    "_global_backward_hooks": "register_module_full_backward_hook",
+    "_global_buffer_registration_hooks": "register_module_buffer_registration_hook",
+    "_global_module_registration_hooks": "register_module_module_registration_hook",
+    "_global_parameter_registration_hooks": "register_module_parameter_registration_hook",
+}
+# Their flags, by the same handle ids: put back with them, unsaid (torch's handle.remove()
+# leaves a with_kwargs flag behind, by which torch then believes a global hook is registered)
+_FLAGS = ("_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs")
+# Which kind of backward hook torch calls (full or not): set by the first one registered
+_FULL_BACKWARD = "_global_is_full_backward_hook"
+# torch.utils._python_dispatch's record of a dispatch mode being on, which TorchDispatchMode's
+# __enter__ sets and its __exit__ sets back; popping a mode leaves them as they were
+_DISPATCH_FLAGS = (
+    "_is_in_torch_dispatch_mode",
+    "_is_in_non_infra_torch_dispatch_mode",
+    "_is_in_any_mode_without_ignore_compile_internals",
+)
+
+
+def _name(hook: Any) -> str:
+    return getattr(hook, "__qualname__", None) or type(hook).__name__
+
+
+def _registered_by(name: str) -> str:
+    """The function that registers into torch's hook dict `name`: a backward hook is a full
+    one unless torch's flag says the older kind (register_module_backward_hook)."""
+    if name == "_global_backward_hooks" and getattr(module_hooks, _FULL_BACKWARD) is False:
+        return "register_module_backward_hook"
+    return _HOOKS[name]
+
+
+def _function_modes() -> list[Any]:
+    """This thread's TorchFunctionMode stack, bottom first, the default device's DeviceContext
+    left out: torch keeps that one at the bottom and torch_defaults_kept puts it back (as
+    torch.set_default_device, which holds it)."""
+    stack = [
+        torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())
+    ]
+    return [mode for mode in stack if not isinstance(mode, DeviceContext)]
+
+
+def _dispatch_modes() -> list[Any]:
+    """This thread's TorchDispatchMode stack, bottom first."""
+    return [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+
+
+def _set_function_modes(modes: list[Any]) -> None:
+    stack = [
+        torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())
+    ]
+    # the default device's DeviceContext first: torch keeps it at the bottom
+    for mode in [m for m in reversed(stack) if isinstance(m, DeviceContext)] + modes:
+        torch._C._push_on_torch_function_stack(mode)
+
+
+def _set_dispatch_modes(modes: list[Any], flags: dict[str, Any]) -> None:
+    for _ in range(torch._C._len_torch_dispatch_stack()):
+        torch._C._pop_torch_dispatch_stack(None)
+    for mode in modes:
+        torch._C._push_on_torch_dispatch_stack(mode)
+    for name, value in flags.items():
+        setattr(python_dispatch, name, value)
+    # torch's compiler reads the last of them from its own copy, which __enter__ keeps in step
+    set_is_in_mode_without_ignore_compile_internals(
+        python_dispatch._is_in_any_mode_without_ignore_compile_internals
+    )
+
+
+def _mode_line(kind: str, entered: list[Any], left: list[Any]) -> str:
+    said = []
+    if entered:
+        said.append(f"entered {kind} {few([type(m).__name__ for m in entered], 3)}")
+    if left:
+        said.append(f"left the process's {kind} {few([type(m).__name__ for m in left], 3)}")
+    return " and ".join(said)
+
+
+@dataclasses.dataclass(frozen=True)
+class HooksAndModes:
+    """torch's global module hooks and this thread's function and dispatch modes, as held."""
+
+    hooks: dict[str, tuple[dict[int, Any], dict[int, Any]]]  # each dict, and a copy of it
+    full_backward: bool | None
+    function_modes: list[Any]
+    dispatch_modes: list[Any]
+    dispatch_flags: dict[str, Any]
+
+    @classmethod
+    def now(cls) -> HooksAndModes:
+        held = {}
+        for name in (*_HOOKS, *_FLAGS):
+            hooks = getattr(module_hooks, name)
+            held[name] = (hooks, dict(hooks))
+        return cls(
+            held,
+            getattr(module_hooks, _FULL_BACKWARD),
+            _function_modes(),
+            _dispatch_modes(),
+            {name: getattr(python_dispatch, name) for name in _DISPATCH_FLAGS},
+        )
+
+    def put_back(self, path: Path, when: str) -> list[str]:
+        """The hooks and modes set back as held where the model file at `path` changed them,
+        one note for the hooks and one for the modes. Modes first: the rest of dlperf's checks
+        run torch code, which a mode of the file's would see."""
+        return self._modes_put_back(path, when) + self._hooks_put_back(path, when)
+
+    def _modes_put_back(self, path: Path, when: str) -> list[str]:
+        lines = []
+        functions, dispatch = _function_modes(), _dispatch_modes()
+        if [id(m) for m in functions] != [id(m) for m in self.function_modes]:
+            _set_function_modes(self.function_modes)
+            lines.append(self._modes_changed("a TorchFunctionMode", functions, self.function_modes))
+        if [id(m) for m in dispatch] != [id(m) for m in self.dispatch_modes]:
+            _set_dispatch_modes(self.dispatch_modes, self.dispatch_flags)
+            lines.append(self._modes_changed("a TorchDispatchMode", dispatch, self.dispatch_modes))
+        return [
+            f"model file {path} {said} {when}; the process's modes put back, and this "
+            "model's forward runs without it too: left on, every torch call of every model "
+            "built after it in the process (a sweep's other points) went through it (enter it "
+            "within the model's forward, `with Mode(): ...`, instead)"
+            for said in lines
+        ]
+
+    @staticmethod
+    def _modes_changed(kind: str, now: list[Any], held: list[Any]) -> str:
+        entered = [m for m in now if all(m is not h for h in held)]
+        left = [h for h in held if all(h is not m for m in now)]
+        return _mode_line(kind, entered, left) or f"reordered the process's {kind}s"
+
+    def _hooks_put_back(self, path: Path, when: str) -> list[str]:
+        added: list[str] = []
+        removed: list[str] = []
+        for name, (hooks, held) in self.hooks.items():
+            now = dict(getattr(module_hooks, name))  # the file may have bound a new dict there
+            if name in _HOOKS:
+                by = _registered_by(name)
+                added += [f"{_name(h)} ({by})" for k, h in now.items() if held.get(k) is not h]
+                removed += [f"{_name(h)} ({by})" for k, h in held.items() if now.get(k) is not h]
+            if now != held or getattr(module_hooks, name) is not hooks:
+                hooks.clear()
+                hooks.update(held)  # in the order held: torch calls them in that order
+                setattr(module_hooks, name, hooks)
+        setattr(module_hooks, _FULL_BACKWARD, self.full_backward)
+        lines = []
+        if added:
+            lines.append(
+                f"model file {path} registered torch's global module "
+                f"{'hook' if len(added) == 1 else 'hooks'} {few(added, 3)} {when}; removed, "
+                "and this model runs without it too: left so, every module of every model "
+                "built after it in the process (a sweep's other points) ran it (register a "
+                "hook on the model's own modules instead, "
+                "`self.fc.register_forward_hook(...)`)"
+            )
+        if removed:
+            lines.append(
+                f"model file {path} removed the process's global module "
+                f"{'hook' if len(removed) == 1 else 'hooks'} {few(removed, 3)} {when}; put "
+                "back, as the process had them"
+            )
+        return lines
