@@ -69,6 +69,7 @@ from scipy.optimize import nnls
 
 from dlperf.blas import address_limit
 from dlperf.contention import Contention, Window
+from dlperf.distributed.cpu_limit import leave_at_limit
 from dlperf.distributed.planning import resolve_backend
 from dlperf.errors import MemoryRanOut, UserError, error_text, limit_words, out_of_memory
 from dlperf.formatting import binary_size, ran_out
@@ -482,6 +483,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be at least 1 and --warmup at least 0")
     sizes = parse_sizes(args.sizes, args.dtype)
+    # its CPU-time limit's SIGXCPU stops dlperf, not a core dump
+    leave_at_limit(args.out.parent, os.environ.get("RANK", "0"))
 
     backend = resolve_backend(args.backend)
     if backend == "nccl":

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
+from dlperf.distributed.cpu_limit import leave_at_limit
 from dlperf.distributed.tf_worker import dataset, keras_model, weights
 from dlperf.distributed.window import fail, measure_host_steps, write_pid
 from dlperf.procs import restore_safepath
@@ -190,6 +191,7 @@ def main() -> None:
     directory = spec_path.parent
     rank = int(os.environ["HOROVOD_RANK"])  # set by horovodrun before the worker starts
     write_pid(directory, rank)
+    leave_at_limit(directory, rank)  # its CPU-time limit's SIGXCPU stops dlperf, not a core dump
     try:
         spec = WorkerSpec.read(spec_path)  # a bad spec, too, is this rank's error to leave
         result = _tensorflow(spec) if spec.strategy == "tensorflow" else _torch(spec, directory)

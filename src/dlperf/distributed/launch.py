@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlperf.distributed.cpu_limit import stop_at_limit
 from dlperf.errors import NoThreads, UserError, threads_limit
 from dlperf.paths import open_files_limit, room_for_files
 from dlperf.procs import Supervisor, alive, guarded, how, kill, refused_forks
@@ -431,7 +432,8 @@ def run_launcher(
     `directory`, its output in `log`: (its return code, the workers' pids). On any
     exception, Ctrl-C and SIGTERM (KeyboardInterrupt) above all, and Stopped (a process of it
     stopped, which the launcher never notices), stop every process it started, then let the
-    exception propagate."""
+    exception propagate. A process of it stopped by the CPU-time limit stops dlperf
+    (dlperf.distributed.cpu_limit): a KeyboardInterrupt, once every process has ended."""
     directory.mkdir(parents=True, exist_ok=True)
     # A directory can be reused (scale-node/ on every node but 0): its rank files, a pid
     # above all, must be this launch's.
@@ -451,6 +453,9 @@ def run_launcher(
     # A worker that outlives its launcher (only without a parent-death signal, off Linux)
     # must not keep the cores.
     kill([pid for pid in pids if alive(pid)], signal.SIGKILL)
+    # A process of it that its CPU-time limit stopped stops dlperf too, as its own would
+    failed = _failures(log.read_text(errors="replace"))
+    stop_at_limit(directory, [code, *map(_exit_code, failed)])
     return code, pids
 
 

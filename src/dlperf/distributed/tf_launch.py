@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.contracts import RankResult, write_ranks
+from dlperf.distributed.cpu_limit import stop_at_limit
 from dlperf.distributed.launch import TAIL_LINES, Launch, Stopped, free_port, wait_watching
 from dlperf.errors import UserError
 from dlperf.procs import Supervisor, how
@@ -138,6 +139,8 @@ def _run_local(
             supervisor.stop()  # after a failure, the others wait for it in a collective forever
     except Stopped as stopped:
         return 1, [p.pid for p in supervisor.children], str(stopped)
+    # A worker that its CPU-time limit stopped stops dlperf too, as its own would
+    stop_at_limit(directory, [code for code in codes if code is not None])
     pids = [p.pid for p in supervisor.children]
     failed = next((i for i, code in enumerate(codes) if code), None)
     if failed is None:

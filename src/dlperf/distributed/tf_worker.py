@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
+from dlperf.distributed.cpu_limit import leave_at_limit
 from dlperf.distributed.window import measure_host_steps, write_pid
 from dlperf.procs import restore_safepath
 
@@ -236,6 +237,7 @@ def main() -> None:
     spec_path, rank = Path(sys.argv[1]), int(sys.argv[2])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     write_pid(spec_path.parent, rank)
+    leave_at_limit(spec_path.parent, rank)  # the CPU-time limit's SIGXCPU stops dlperf
     result = train(WorkerSpec.read(spec_path), rank)
     result.write(spec_path.parent / f"rank-{rank}.json")
 

@@ -20,7 +20,8 @@ communication. Every rank's figures are gathered to the launch's node and writte
 `result.json` next to the spec by local rank 0 of the writing node, so the parent of a
 multi-node run reads them without a shared file system. Beside it each rank writes
 `rank-R.pid` as it starts (whole: the launcher stops workers by pid), `rank-R.training` once
-past the warm-up (and the profiled window), and `rank-R.error` (its traceback) if it fails;
+past the warm-up (and the profiled window), `rank-R.error` (its traceback) if it fails, and
+`rank-R.cpu` (the CPU seconds it used) where its CPU-time limit ran out (cpu_limit);
 rank 0 writes `rank-0.warning`, one line, where the point trains other than asked (DDP told of
 parameters without gradients: `unused_warning`).
 
@@ -59,6 +60,7 @@ from dlperf.distributed.contracts import (
     WorkerSpec,
     write_ranks,
 )
+from dlperf.distributed.cpu_limit import leave_at_limit
 from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail, write_pid
 from dlperf.engine.build import build_model, start_weights
 from dlperf.engine.checks import dry_backward, no_gradient
@@ -626,6 +628,7 @@ def main(argv: list[str] | None = None) -> None:
     directory = spec_path.parent
     rank = int(os.environ["RANK"])
     write_pid(directory, rank)
+    leave_at_limit(directory, rank)  # its CPU-time limit's SIGXCPU stops dlperf, not a core dump
     torch.set_num_threads(spec.threads)
     try:
         dist.init_process_group(spec.backend)
