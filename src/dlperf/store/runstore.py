@@ -505,17 +505,23 @@ def _sqlite_pragmas(
     # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    # A connection opened read-only cannot switch to WAL. Switching takes a lock that another
-    # process opening the same store at the same moment, or holding it (a sqlite3 shell's
-    # BEGIN EXCLUSIVE), has; reading the mode takes one too.
-    statement = "PRAGMA journal_mode" if read_only else "PRAGMA journal_mode=WAL"
+    # Only read: switching to WAL writes the file's header, which a command that only reads
+    # (or one that then refuses the file as damaged) must leave as it was; a writer switches
+    # it as it first writes (`_sqlite_begin`). Reading the mode takes a lock that another
+    # process holding the store (a sqlite3 shell's BEGIN EXCLUSIVE) may have.
+    statement = "PRAGMA journal_mode"
     (mode,) = _in_attempts(lambda: cursor.execute(statement).fetchone(), cursor, name, busy_s)
-    # An in-memory store answers "memory": no other process holds it, so no read lock to take
-    record.info[ROLLBACK] = str(mode).lower() not in ("wal", "memory")
+    _note_mode(record.info, mode)
     if not read_only:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _note_mode(info: dict[Any, Any], mode: Any) -> None:
+    """Note in a connection's `info` whether its store is in rollback-journal mode. An
+    in-memory store answers "memory": no other process holds it, so no read lock to take."""
+    info[ROLLBACK] = str(mode).lower() not in ("wal", "memory")
 
 
 def _sqlite_checked(url: URL, name: str) -> Path:
@@ -716,7 +722,8 @@ def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> E
     busy_s = _busy_timeout_s(engine.url)
     pragmas = functools.partial(_sqlite_pragmas, name=name, busy_s=busy_s, read_only=read_only)
     event.listen(engine, "connect", pragmas)
-    event.listen(engine, "begin", functools.partial(_sqlite_begin, name=name, busy_s=busy_s))
+    begin = functools.partial(_sqlite_begin, name=name, busy_s=busy_s, read_only=read_only)
+    event.listen(engine, "begin", begin)
     event.listen(engine, "handle_error", integrity.on_error)
     return engine
 
@@ -788,18 +795,30 @@ def read_begun(conn: sqlite3.Connection, name: str, busy_s: float) -> None:
     _in_attempts(lambda: conn.execute(READ_LOCK).fetchall(), conn, name, busy_s)
 
 
-def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
+def _sqlite_begin(conn: Connection, name: str, busy_s: float, read_only: bool = False) -> None:
     writes = conn.get_execution_options().get(WRITES, False)
+    info = conn.connection.info
     if not writes:
         conn.exec_driver_sql("BEGIN")
-        # Not in WAL mode (a file opened read-only that a tool switched back), a read waits
-        # for a writer: its read lock is taken now, so that its statements wait for nothing
-        # after. In WAL mode none waits, and a checkpoint may run in the read.
-        if not conn.connection.info.get(ROLLBACK):
+        # Not in WAL mode (a store no writer has written since a tool switched it back), a
+        # read waits for a writer: its read lock is taken now, so that its statements wait
+        # for nothing after. In WAL mode none waits, and a checkpoint may run in the read.
+        if not info.get(ROLLBACK):
             return
     statement = "BEGIN IMMEDIATE" if writes else READ_LOCK
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
+        if writes and info.get(ROLLBACK) and not read_only:
+            # A writer's first write switches the store to WAL (outside a transaction, as
+            # SQLite requires), so that readers never block it; a new file is made in WAL
+            # mode so. Switching upgrades a read lock to a write lock, which fails at once
+            # while another process holds one: waited for in attempts too.
+            switch = "PRAGMA journal_mode=WAL"
+            # Through SQLAlchemy: an error (a read-only file) is the one line of a write's.
+            mode = _in_attempts(
+                lambda: conn.exec_driver_sql(switch).scalar(), cursor, name, busy_s, WRITE
+            )
+            _note_mode(info, mode)
         _in_attempts(
             lambda: conn.exec_driver_sql(statement).close(),
             cursor,
@@ -2129,6 +2148,8 @@ class RunStore:
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
             if session is not None and writing and store_id is not None:  # PostgreSQL's
                 _pg_ids_past_rows(writer)
+            if sqlite and writing and store_id is not None:  # before its first write
+                integrity.refuse_without_runs(engine)
             integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             no_room = _no_room(e, engine)
@@ -2195,7 +2216,22 @@ class RunStore:
         if self._file is None:
             return
         keeper = sqlite3.connect(self._file.path, check_same_thread=False)
-        keeper.execute(f"PRAGMA busy_timeout={round(_busy_timeout_s(self.engine.url) * 1000)}")
+        busy_s = _busy_timeout_s(self.engine.url)
+        keeper.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
+        # A writer's store, checked: in WAL mode from now (a no-op on one already in it, as
+        # the stores dlperf makes are), so that the WAL this connection holds open is the one
+        # every write goes to; readers leave the mode as they found it. A store that cannot
+        # be written (a read-only file) is left as it is: its first write says so, in the
+        # words of every write's refusal, not in sqlite3's traceback.
+        switch = "PRAGMA journal_mode=WAL"
+        with contextlib.suppress(sqlite3.Error):
+            _in_attempts(
+                lambda: keeper.execute(switch).fetchone(),
+                keeper,
+                _name(self.engine),
+                busy_s,
+                WRITE,
+            )
         keeper.execute("SELECT count(*) FROM meta").fetchall()  # opens the WAL, held from now
         self._keeper = keeper
         # Closed with the engine's connections: a caller that disposes the engine and then
