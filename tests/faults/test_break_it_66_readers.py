@@ -7,9 +7,10 @@ the change counter), and a file they then refused as damaged ("dlperf neither re
 writes it": dlperf's `meta` rows without `runs`) had been switched first; `dlperf run` and
 `runs tag` did the same to it.
 
-Now: a connection only reads the journal mode; a writer switches the store to WAL when it
-first writes (a store dlperf makes is in WAL mode from its first write, as before), so a
-command that only reads leaves the file byte for byte. A current store without `runs` is
+Now: a connection only reads the journal mode; a writer switches the store to WAL once it
+has found it sound (as it opens it to write, or at its first write; a store dlperf makes is
+in WAL mode from its first write, as before), so a command that only reads leaves the file
+byte for byte. A current store without `runs` is
 refused as damaged as it opens, before a writer's first write, so it is never written.
 """
 
