@@ -305,20 +305,23 @@ def requested() -> bool:
     return _state.received is not None
 
 
-def _received(signum: int) -> None:
+def _received(signum: int, cpu_s: float | None = None) -> None:
     """The first stop signal, and the CPU time used when it is a CPU-time limit's SIGXCPU
-    (not the soft limit read later: the kernel raises it a second each time it sends one)."""
+    (not the soft limit read later: the kernel raises it a second each time it sends one):
+    this process's, or `cpu_s`, that of the process whose limit ran out."""
     _state.received = signum
     if signum == _SIGXCPU:
-        _state.cpu_s = time.process_time()
+        _state.cpu_s = time.process_time() if cpu_s is None else cpu_s
 
 
-def noted(signum: int) -> None:
+def noted(signum: int, cpu_s: float | None = None) -> None:
     """A stop signal that other code took (the HTTP server drains its queue on one): the exit
     code is 128 + `signum`. (Round 52: a server stopped by its CPU-time limit said "after 0 s
-    of CPU": only the handler here recorded the CPU time.)"""
+    of CPU": only the handler here recorded the CPU time.) `cpu_s`: for a CPU-time limit that
+    another process ran out of (a scale worker), the CPU seconds it used, which the line
+    says, where dlperf itself waited idle."""
     if _state.received is None:
-        _received(signum)
+        _received(signum, cpu_s)
 
 
 class shielded:  # lower case: used as `with shielded():`, like contextlib.suppress

@@ -73,8 +73,5 @@ def stop_at_limit(directory: Path, codes: Sequence[int]) -> None:
 
 def _stop(seconds: float) -> NoReturn:
     assert _SIGXCPU is not None  # `spent` finds nothing without it
-    stopping.noted(_SIGXCPU)
-    # noted() takes this process's CPU time, as for a limit dlperf itself ran out of: here
-    # the worker's ran out, dlperf waited idle. (stopping.noted has no way to be told yet.)
-    stopping._state.cpu_s = seconds
+    stopping.noted(_SIGXCPU, cpu_s=seconds)  # the worker's CPU time: dlperf waited idle
     raise KeyboardInterrupt
