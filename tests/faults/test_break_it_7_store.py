@@ -91,7 +91,6 @@ def test_a_resume_whose_profile_window_no_longer_fits_leaves_the_run_killed(
 # --- R04: commands that only read, at a mistyped --db ---------------------------------------
 
 NO_RUN_1 = "typo.db does not exist (give the store with --db or DLPERF_DB"
-NO_RUNS = "the run store holds no runs (train one: dlperf run EXP.toml)"
 
 
 @pytest.mark.parametrize(
@@ -99,8 +98,8 @@ NO_RUNS = "the run store holds no runs (train one: dlperf run EXP.toml)"
     [
         (["runs", "list"], None),  # what the others now do: an empty store, no file
         (["runs", "show", "1"], NO_RUN_1),
-        (["doctor"], NO_RUNS),
-        (["report", "--out", "site"], NO_RUNS),
+        (["doctor"], NO_RUN_1),  # since round 66, as the readers of a run say it
+        (["report", "--out", "site"], NO_RUN_1),
         (["runs", "plot", "1", "--out", "p.png"], NO_RUN_1),
         (["runs", "trace", "1"], NO_RUN_1),
         (["runs", "export", "1", "--to", "tensorboard", "--out", "tb"], NO_RUN_1),
