@@ -240,6 +240,21 @@ def test_a_callers_own_mode_and_hook_are_kept(tmp_path: Path, clean: object) -> 
     assert len(notes) == 2, notes
 
 
+def test_a_device_context_entered_at_import_is_left(tmp_path: Path, clean: object) -> None:
+    """`torch.device("meta").__enter__()` is a TorchFunctionMode too (a DeviceContext, which
+    set_default_device does not hold): before, it stayed on, and dlperf's own checks after the
+    import failed on it, "failed to import: RuntimeError: Tensor.item() cannot be called on
+    meta tensors". Now it is left, told as the default device put back (one line)."""
+    code = 'import torch\ntorch.device("meta").__enter__()\n'
+    with noting() as notes:
+        create_model(_file(tmp_path, code, "import"), num_classes=2, in_channels=1)
+    assert torch.get_default_device() == torch.device("cpu")
+    assert _modes() == (0, 0)
+    assert _plain_output() == [4.5, 4.5]
+    assert len(notes) == 1, notes
+    assert "set torch's default device to meta as it was imported; put back to cpu" in notes[0]
+
+
 # --- end to end: a --jobs 1 sweep, as the tester ran it --------------------------------------
 
 OWN_HOOK_MODEL = """\

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.nn.modules.module as module_hooks
+import torch.utils._device as device_modes
 import torch.utils._python_dispatch as python_dispatch
 from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals
 from torch.utils._device import DeviceContext
@@ -61,14 +62,18 @@ def _registered_by(name: str) -> str:
     return _HOOKS[name]
 
 
+def _default_device_mode() -> Any:
+    """The DeviceContext torch.set_default_device holds (None: none set), which torch keeps at
+    the bottom of the TorchFunctionMode stack; torch_defaults_kept puts it back."""
+    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+
+
 def _function_modes() -> list[Any]:
-    """This thread's TorchFunctionMode stack, bottom first, the default device's DeviceContext
-    left out: torch keeps that one at the bottom and torch_defaults_kept puts it back (as
-    torch.set_default_device, which holds it)."""
+    """This thread's TorchFunctionMode stack, bottom first, the default device's left out."""
     stack = [
         torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())
     ]
-    return [mode for mode in stack if not isinstance(mode, DeviceContext)]
+    return [mode for mode in stack if mode is not _default_device_mode()]
 
 
 def _dispatch_modes() -> list[Any]:
@@ -80,8 +85,8 @@ def _set_function_modes(modes: list[Any]) -> None:
     stack = [
         torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())
     ]
-    # the default device's DeviceContext first: torch keeps it at the bottom
-    for mode in [m for m in reversed(stack) if isinstance(m, DeviceContext)] + modes:
+    # the default device's first: torch keeps it at the bottom
+    for mode in [m for m in stack if m is _default_device_mode()] + modes:
         torch._C._push_on_torch_function_stack(mode)
 
 
@@ -114,6 +119,7 @@ class HooksAndModes:
     hooks: dict[str, tuple[dict[int, Any], dict[int, Any]]]  # each dict, and a copy of it
     full_backward: bool | None
     function_modes: list[Any]
+    current_device: Any  # torch.utils._device's, which a DeviceContext sets as it is entered
     dispatch_modes: list[Any]
     dispatch_flags: dict[str, Any]
 
@@ -127,6 +133,7 @@ class HooksAndModes:
             held,
             getattr(module_hooks, _FULL_BACKWARD),
             _function_modes(),
+            device_modes.CURRENT_DEVICE,
             _dispatch_modes(),
             {name: getattr(python_dispatch, name) for name in _DISPATCH_FLAGS},
         )
@@ -142,7 +149,15 @@ class HooksAndModes:
         functions, dispatch = _function_modes(), _dispatch_modes()
         if [id(m) for m in functions] != [id(m) for m in self.function_modes]:
             _set_function_modes(self.function_modes)
-            lines.append(self._modes_changed("a TorchFunctionMode", functions, self.function_modes))
+            device_modes.CURRENT_DEVICE = self.current_device
+            # `torch.device("meta").__enter__()` is a DeviceContext: torch_defaults_kept said it
+            lines.append(
+                self._modes_changed(
+                    "a TorchFunctionMode",
+                    [m for m in functions if not isinstance(m, DeviceContext)],
+                    [m for m in self.function_modes if not isinstance(m, DeviceContext)],
+                )
+            )
         if [id(m) for m in dispatch] != [id(m) for m in self.dispatch_modes]:
             _set_dispatch_modes(self.dispatch_modes, self.dispatch_flags)
             lines.append(self._modes_changed("a TorchDispatchMode", dispatch, self.dispatch_modes))
@@ -152,13 +167,16 @@ class HooksAndModes:
             "built after it in the process (a sweep's other points) went through it (enter it "
             "within the model's forward, `with Mode(): ...`, instead)"
             for said in lines
+            if said
         ]
 
     @staticmethod
     def _modes_changed(kind: str, now: list[Any], held: list[Any]) -> str:
         entered = [m for m in now if all(m is not h for h in held)]
         left = [h for h in held if all(h is not m for m in now)]
-        return _mode_line(kind, entered, left) or f"reordered the process's {kind}s"
+        if not entered and not left and [id(m) for m in now] != [id(m) for m in held]:
+            return f"reordered the process's {kind}s"
+        return _mode_line(kind, entered, left)
 
     def _hooks_put_back(self, path: Path, when: str) -> list[str]:
         added: list[str] = []
