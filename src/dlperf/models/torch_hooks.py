@@ -14,6 +14,7 @@ are: its own model then runs without them too.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ import torch
 import torch.nn.modules.module as module_hooks
 import torch.utils._device as device_modes
 import torch.utils._python_dispatch as python_dispatch
-from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals
 from torch.utils._device import DeviceContext
 
 from dlperf.formatting import few
@@ -48,6 +48,17 @@ _DISPATCH_FLAGS = (
     "_is_in_non_infra_torch_dispatch_mode",
     "_is_in_any_mode_without_ignore_compile_internals",
 )
+
+
+# Private parts of torch that not every torch dlperf takes (torch>=2.9) may have: read where
+# they are, left alone where not, so that a torch without them still imports model files.
+_set_compilers_flag: Callable[[bool], None] | None
+try:  # the compiler's own copy of the last dispatch flag, which __enter__ keeps in step
+    from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals
+except ImportError:
+    _set_compilers_flag = None
+else:
+    _set_compilers_flag = set_is_in_mode_without_ignore_compile_internals
 
 
 def _name(hook: Any) -> str:
@@ -98,9 +109,8 @@ def _set_dispatch_modes(modes: list[Any], flags: dict[str, Any]) -> None:
     for name, value in flags.items():
         setattr(python_dispatch, name, value)
     # torch's compiler reads the last of them from its own copy, which __enter__ keeps in step
-    set_is_in_mode_without_ignore_compile_internals(
-        python_dispatch._is_in_any_mode_without_ignore_compile_internals
-    )
+    if _set_compilers_flag is not None and _DISPATCH_FLAGS[-1] in flags:
+        _set_compilers_flag(flags[_DISPATCH_FLAGS[-1]])
 
 
 def _mode_line(kind: str, entered: list[Any], left: list[Any]) -> str:
@@ -127,15 +137,19 @@ class HooksAndModes:
     def now(cls) -> HooksAndModes:
         held = {}
         for name in (*_HOOKS, *_FLAGS):
-            hooks = getattr(module_hooks, name)
-            held[name] = (hooks, dict(hooks))
+            if (hooks := getattr(module_hooks, name, None)) is not None:
+                held[name] = (hooks, dict(hooks))
         return cls(
             held,
             getattr(module_hooks, _FULL_BACKWARD),
             _function_modes(),
             device_modes.CURRENT_DEVICE,
             _dispatch_modes(),
-            {name: getattr(python_dispatch, name) for name in _DISPATCH_FLAGS},
+            {
+                n: getattr(python_dispatch, n)
+                for n in _DISPATCH_FLAGS
+                if hasattr(python_dispatch, n)
+            },
         )
 
     def put_back(self, path: Path, when: str) -> list[str]:
