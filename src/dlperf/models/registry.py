@@ -661,7 +661,7 @@ def torch_defaults_kept(
 def _flushes_denormals() -> bool:
     """Whether this thread's CPU flushes denormal results to zero, as torch.set_flush_denormal
     sets it (torch has no getter): a product below float64's smallest normal number is 0."""
-    return float((torch.tensor([1e-300], dtype=torch.float64) * 1e-20)[0]) == 0.0
+    return float((torch.tensor([1e-300], dtype=torch.float64, device="cpu") * 1e-20)[0]) == 0.0
 
 
 @dataclasses.dataclass(frozen=True)
