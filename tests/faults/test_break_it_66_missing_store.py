@@ -5,7 +5,8 @@ Before: `report --out DIR`, `doctor` and `doctor --last N` at a --db path that d
 as if the store were there and empty, pointing at training; `report 1`, `runs show 1` and the
 other readers say the store does not exist and how to give it. Now they say that line too
 (`run store PATH does not exist`, `is an empty file`), and "holds no runs" is left to a store
-that is there with no run in it. Nothing is written: no store, no site.
+that is there with no run in it. Nothing is written: no store, no site. `--study N` at such a
+path said "no study N in the store"; it says the store is not there too.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def test_a_store_not_there_is_said_with_its_path(
     result = cli("--db", str(typo), *command)
     assert (result.code, result.out) == (2, ""), result.err
     assert result.err == f"error: run store {typo} does not exist {HOW}\n"
+    assert not typo.exists() and not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize("command", [("report", "--out", "site"), ("doctor",)])
+def test_a_study_of_a_store_not_there_is_said_with_its_path(
+    command: tuple[str, ...], cli: Cli, tmp_path: Path
+) -> None:
+    typo = tmp_path / "typo.db"
+    result = cli("--db", str(typo), *command, "--study", "3")
+    assert (result.code, result.out) == (2, ""), result.err
+    assert result.err == f"error: no study 3: run store {typo} does not exist {HOW}\n"
     assert not typo.exists() and not (tmp_path / "site").exists()
 
 

@@ -320,7 +320,7 @@ def test_default_is_the_newest_20_runs_and_their_studies(store: RunStore) -> Non
     ("args", "message"),
     [
         (["999", "--out", "r"], "error: no run 999: run store "),
-        (["--study", "999", "--out", "r"], "error: no study 999 in the store"),
+        (["--study", "999", "--out", "r"], "error: no study 999: run store "),  # not there
         (["--last", "0", "--out", "r"], "error: --last must be at least 1, got 0"),
         (["--out", "r"], "error: run store "),  # not there: since round 66 it says so
         (["--out", "file.txt"], "error: --out file.txt is a file, not a directory"),

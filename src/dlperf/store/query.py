@@ -99,6 +99,15 @@ def no_such_run(bind: Engine | Connection, ids: str, then: str = "") -> NoSuchRu
     return NoSuchRun(f"no run {ids} in the store{then}", "see `dlperf runs list`")
 
 
+def no_such_study(bind: Engine | Connection, study_id: int) -> UserError:
+    """`no study N in the store`; of the stand-in of a store that is not there, that the store
+    is not there and how to give it, as `no_such_run` says it."""
+    absent = bind.get_execution_options().get(ABSENT)
+    if absent:
+        return UserError(f"no study {study_id}: {absent}", GIVE_STORE)
+    return UserError(f"no study {study_id} in the store")
+
+
 def no_runs(bind: Engine | Connection) -> UserError:
     """The refusal of a reader of the newest runs (`report`, `doctor`) where there are none:
     "the run store holds no runs" of a store that is there; of the stand-in of a store that

@@ -169,7 +169,7 @@ class SqliteListing:
         assert self.path is not None
         with self._connection() as conn:
             if conn.execute("PRAGMA journal_mode").fetchone() != ("wal",):
-                return False  # the store's own connection would switch it: a write
+                return False  # read the long way, under a read lock (runstore._sqlite_begin)
             tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
             if "meta" not in tables:
                 return False
@@ -250,8 +250,10 @@ class SqliteListing:
 
     def get_study(self, study_id: int) -> dict[str, Any]:
         """As `RunStore.get_study`."""
+        if self.path is None:  # a store not there: said so, as the store says it
+            return self._long_way().get_study(study_id)
         found = None
-        if self.path is not None and _storable(study_id):
+        if _storable(study_id):
             query = "SELECT id, name, kind, created FROM studies WHERE id = ?"
             try:
                 with self._connection() as conn:

@@ -88,6 +88,7 @@ from dlperf.store.query import (
     from_experiment,
     live_deleter,
     no_such_run,
+    no_such_study,
     stale_mark,
     that_stores,
 )
@@ -3298,7 +3299,7 @@ class RunStore:
         with Session(self.engine) as s:
             study = s.get(Study, study_id) if _storable(s, study_id) else None
             if study is None:
-                raise UserError(f"no study {study_id} in the store")
+                raise no_such_study(s.get_bind(), study_id)
             return {
                 "id": study.id,
                 "name": study.name,
