@@ -123,19 +123,33 @@ def _told(model: nn.Module) -> set[str]:
 @dataclass(frozen=True)
 class Kept:
     """torch's process-wide settings that a model's forward may change for good (a call, not a
-    with-block), as they were before it: its default dtype and device and its thread count.
-    Left so, the dry checks' next images were made in the forward's float64 (and the model
-    refused as rejecting the images), and the training steps ran on the forward's threads while
-    the run stored run.threads; an API caller's process kept them. Cheap to take at each step
-    (microseconds). Gradients turned off are the callers' to refuse (dry_backward, TrainStep)."""
+    with-block), as they were before it: its default dtype and device, its thread count, and
+    anomaly detection and deterministic algorithms (each with its second switch: check_nan,
+    warn_only). Left so, the dry checks' next images were made in the forward's float64 (and
+    the model refused as rejecting the images), the training steps ran on the forward's threads
+    while the run stored run.threads, and every later step's backward (and a --jobs 1 sweep's
+    later points) ran under anomaly mode, many times slower, timed as the run's own; an API
+    caller's process kept them. Cheap to take at each step (microseconds: getters, no tensor).
+    Gradients turned off are the callers' to refuse (dry_backward, TrainStep)."""
 
     dtype: torch.dtype
     device: torch.device
     threads: int
+    anomaly: tuple[bool, bool]  # torch.autograd.set_detect_anomaly(mode, check_nan)
+    deterministic: tuple[bool, bool]  # torch.use_deterministic_algorithms(mode, warn_only)
 
     @classmethod
     def now(cls) -> Kept:
-        return cls(torch.get_default_dtype(), torch.get_default_device(), torch.get_num_threads())
+        return cls(
+            torch.get_default_dtype(),
+            torch.get_default_device(),
+            torch.get_num_threads(),
+            (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+            (
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            ),
+        )
 
     def put_back(self, model: nn.Module) -> None:
         """Each setting a forward of `model` changed put back, and said (`note`: a run's
@@ -152,11 +166,45 @@ class Kept:
                 f"{self.threads} after each forward (which itself runs on {threads}): set "
                 "run.threads rather than calling torch.set_num_threads in forward"
             )
+        notes += self._switches_put_back()
         told = _told(model)
         for said in notes:
             if said not in told:
                 told.add(said)
                 note(said, path)
+
+    def _switches_put_back(self) -> list[str]:
+        """Anomaly detection and deterministic algorithms put back where a forward switched
+        them, one note each: the forward that switched them runs under them, its backward and
+        every later forward do not."""
+        notes = []
+        anomaly = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+        if anomaly != self.anomaly:
+            torch.autograd.set_detect_anomaly(*self.anomaly)
+            notes.append(
+                f"the model turned torch's anomaly detection {_on(anomaly[0])} in its forward; "
+                f"put back {_on(self.anomaly[0])} after each forward: it slows every training "
+                "step, and the run's timings with it (to debug a NaN, use it in a script of "
+                "your own)"
+            )
+        deterministic = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        if deterministic != self.deterministic:
+            torch.use_deterministic_algorithms(
+                self.deterministic[0], warn_only=self.deterministic[1]
+            )
+            notes.append(
+                f"the model turned torch's deterministic algorithms {_on(deterministic[0])} in "
+                f"its forward; put back {_on(self.deterministic[0])} after each forward, as the "
+                "process had them"
+            )
+        return notes
+
+
+def _on(value: bool) -> str:
+    return "on" if value else "off"
 
 
 def _source(model: nn.Module) -> Path:
@@ -197,6 +245,12 @@ IN_INIT = (
     "create every layer in __init__; for one sized by the input, nn.LazyLinear or nn.LazyConv2d"
 )
 
+# The fix for a model whose forward converts its parameters (self.double())
+RETYPED = (
+    "leave the parameters' dtype to dlperf: no .double(), .half() or .to(dtype) on the model "
+    "in forward (cast the input to the layer's instead); set run.precision for half precision"
+)
+
 
 @dataclass(frozen=True)
 class Held:
@@ -204,10 +258,13 @@ class Held:
     name, each the tensor itself (a forward that makes `self.w = nn.Parameter(...)` again
     makes another under the old name, which no optimizer holds), and its persistent buffers'
     names (a buffer is reassigned by design, `self.count = self.count + 1`, and a
-    non-persistent one, a cache, is no part of the state_dict that export loads)."""
+    non-persistent one, a cache, is no part of the state_dict that export loads). And the
+    parameters' dtypes: a forward's self.double() swaps each one's data in place, the same
+    tensor, and the run stored as fp32 trained on in float64 into a float64 checkpoint."""
 
     parameters: dict[str, torch.Tensor]
     buffers: tuple[str, ...]
+    dtypes: dict[str, torch.dtype]
 
     @classmethod
     def of(cls, model: nn.Module) -> Held:
@@ -217,15 +274,18 @@ class Held:
             for name, _ in module.named_buffers(recurse=False)
             if name not in getattr(module, "_non_persistent_buffers_set", ())
         )
-        return cls(dict(model.named_parameters()), buffers)
+        parameters: dict[str, torch.Tensor] = dict(model.named_parameters())
+        return cls(parameters, buffers, {n: p.dtype for n, p in parameters.items()})
 
     def changed(self, model: nn.Module) -> str | None:
         """How `model` differs from what it held: "registered new parameters (extra.weight,
-        extra.bias)", "removed parameters (extra.weight)", "registered new buffers (seen)", or
+        extra.bias)", "removed parameters (extra.weight)", "registered new buffers (seen)",
+        "changed the dtype of parameters (l.weight torch.float32 -> torch.float64)", or
         several joined by "and"; None when nothing. A layer deleted in a forward left a
         checkpoint no rebuild fits, blamed on a nondeterministic factory, as one added did."""
         now = Held.of(model)
         made = [n for n, p in now.parameters.items() if self.parameters.get(n) is not p]
+        retyped = self.retyped(model)
         registered = [n for n in now.buffers if n not in self.buffers]
         removed = [n for n in (*self.parameters, *self.buffers) if n not in now.parameters]
         removed = [n for n in removed if n not in now.buffers]
@@ -235,10 +295,20 @@ class Held:
                 ("registered new", "parameters", made),
                 ("registered new", "buffers", registered),
                 ("removed", "parameters or buffers", removed),
+                ("changed the dtype of", "parameters", retyped),
             )
             if names
         ]
         return " and ".join(said) or None
+
+    def retyped(self, model: nn.Module) -> list[str]:
+        """The parameters of `model` it held whose dtype has changed since, each "fc.weight
+        torch.float32 -> torch.float64" (a parameter made anew is `changed`'s "registered")."""
+        return [
+            f"{n} {self.dtypes[n]} -> {p.dtype}"
+            for n, p in model.named_parameters()
+            if self.parameters.get(n) is p and p.dtype != self.dtypes[n]
+        ]
 
 
 # Each model's Held after its first dry forward, by id as _TOLD is. A layer its first forward
@@ -256,21 +326,33 @@ def check_not_grown(model: nn.Module, what: str) -> None:
     """Refuse `model` (`what`) where a dry forward after its first registered parameters or
     persistent buffers: a network that grows as it runs is not the one its factory builds,
     so its checkpoint fitted no rebuild of it ("its factory builds a different network on each
-    call", export said), and what it makes once the optimizer is built never trains. The
-    first call only takes note of what the model holds."""
+    call", export said), and what it makes once the optimizer is built never trains; or
+    where one changed its parameters' dtype (self.double()), told in its own words: the run
+    trained on in that dtype while stored at its run.precision. The first call only takes note
+    of what the model holds."""
     key = id(model)
     if key not in _FIRST:
         _FIRST[key] = Held.of(model)
         weakref.finalize(model, _FIRST.pop, key, None)
         return
-    changed = _FIRST[key].changed(model)
-    if changed is not None:
+    held = _FIRST[key]
+    changed = held.changed(model)
+    if changed is None:
+        return
+    retyped = held.retyped(model)
+    if changed == f"changed the dtype of parameters ({few(retyped, 4)})":  # that alone
         raise Grown(
-            f"the forward of {what} {changed} after its first call: a network that changes as "
-            "it runs is not the one its factory builds, so no export or --resume could load "
-            "its checkpoint, and what it adds after the optimizer is built never trains",
-            IN_INIT,
+            f"the forward of {what} {changed} after its first call: a run trains the model as "
+            "its factory builds it, in float32, and is stored at its run.precision, which "
+            "such a model's weights and timings are not",
+            RETYPED,
         )
+    raise Grown(
+        f"the forward of {what} {changed} after its first call: a network that changes as "
+        "it runs is not the one its factory builds, so no export or --resume could load "
+        "its checkpoint, and what it adds after the optimizer is built never trains",
+        IN_INIT,
+    )
 
 
 def dry_forward(
