@@ -1178,12 +1178,14 @@ def _write_mlflow_run(
         # signal cut ends KILLED, MLflow's status for a run its user stopped; the failure that
         # stopped it is what the caller hears, not one from this mark.
         stopped = e if isinstance(e, KeyboardInterrupt) else None
-        with contextlib.suppress(Exception):
-            client.set_terminated(mlflow_id, status="FAILED" if stopped is None else "KILLED")
         if stopped is not None:
             # Said after the stop: it left a part-written run that a second export does not
             # replace (it makes another), where nothing was said of it.
             note_left(stopped, _stopped_mlflow_run(run.id, mlflow_id, before))
+        # A second stop signal waits for the mark (left RUNNING, the run read as live), a
+        # third cuts it; the second's interrupt then holds the first, noted, as its context.
+        with stopping.spared(), contextlib.suppress(Exception):
+            client.set_terminated(mlflow_id, status="FAILED" if stopped is None else "KILLED")
         raise
     return {
         "mlflow_run_id": mlflow_id,

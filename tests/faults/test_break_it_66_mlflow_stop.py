@@ -10,6 +10,8 @@ to do.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -61,3 +63,40 @@ def test_a_stopped_mlflow_export_names_the_run_it_left_part_written(
         f"{ids[1]} again for a whole one, and delete the part: mlflow runs delete --run-id "
         f"{half.info.run_id})"
     )
+
+
+def test_a_second_ctrl_c_as_the_part_is_marked_still_names_it(
+    store: RunStore, mlflow_uri: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 67 (tester W3's cause 1): a second SIGINT landing as the part-written run was
+    being marked KILLED cut the mark (the run left RUNNING) and raised an interrupt without
+    the first's note: exit 130 and no line. The mark now holds one more signal, and the
+    second's interrupt, which holds the first, still names the run."""
+    from mlflow.tracking import MlflowClient
+
+    run_id = store.create_run("r0", "run", {"seed": 0}, None, {"host": "h"})
+    store.log_metrics(run_id, [("train/loss", 1, 1.0)])
+    store.finish_run(run_id, "finished")
+    logged, marked = MlflowClient.log_batch, MlflowClient.set_terminated
+
+    def stopped_midway(self: Any, mlflow_run: str, **parts: Any) -> None:
+        if parts.get("metrics"):  # a real first Ctrl-C as the metrics are written
+            os.kill(os.getpid(), signal.SIGINT)
+        logged(self, mlflow_run, **parts)
+
+    def stopped_again(self: Any, mlflow_run: str, **how: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the second, as the part is marked
+        marked(self, mlflow_run, **how)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", stopped_midway)
+    monkeypatch.setattr(MlflowClient, "set_terminated", stopped_again)
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", mlflow_uri)
+    assert result.code == 130, result.err
+    monkeypatch.setattr(MlflowClient, "log_batch", logged)
+    monkeypatch.setattr(MlflowClient, "set_terminated", marked)
+
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    [experiment] = [e for e in client.search_experiments() if e.name == "dlperf"]
+    [half] = client.search_runs([experiment.experiment_id])
+    assert half.info.status == "KILLED"
+    assert f"stopped exporting run {run_id}: MLflow run {half.info.run_id} holds" in result.err

@@ -10,7 +10,7 @@ from dlperf import stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, PathText, open_store
 from dlperf.cli.runs import runs_app
-from dlperf.errors import UserError, noted_left
+from dlperf.errors import UserError, causes, noted_left
 from dlperf.parsing import not_blank
 
 TARGETS = ("mlflow", "tensorboard")  # dlperf.exporters.TARGETS, without importing it for --help
@@ -68,8 +68,12 @@ def runs_export(
         try:
             result = exporters.export_mlflow(store, run_ids, uri, experiment)
         except KeyboardInterrupt as stop:  # a run it left part-written in MLflow is named
-            for left in noted_left(stop):
-                console.err_line(left)
+            with stopping.spared():  # a stopped command's last words
+                # a second Ctrl-C's interrupt, raised as the first's mark was made, holds it
+                for cause in causes(stop):
+                    if isinstance(cause, KeyboardInterrupt):
+                        for left in noted_left(cause):
+                            console.err_line(left)
             raise
     else:
         result = exporters.export_tensorboard(store, run_ids, Path(out))

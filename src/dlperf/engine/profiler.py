@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import gzip
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +31,7 @@ from dlperf.engine.hooks import StepEnd
 from dlperf.engine.timers import PhaseLabels
 from dlperf.engine.train_loop import Batch, Component
 from dlperf.errors import UserError
-from dlperf.paths import replaced, writing
+from dlperf.paths import part_name, replaced, writing
 from dlperf.system import profiler_quiet
 
 
@@ -147,18 +146,24 @@ class ProfileWindow(Component):
         # Beside its name and renamed when whole: torch gzipped straight onto the name, and a
         # full disk left a cut-off trace there. A refused write names no file: the one line
         # names the trace.
-        with writing(self.path), replaced(self.path) as part, tempfile.TemporaryDirectory() as d:
-            raw = Path(d) / "trace.json"
-            with profiler_quiet():  # its "Failed to write to log file!": told below instead
-                prof.export_chrome_trace(str(raw))
-            # Kineto only logs a write it could not make (a file size limit, a full disk) and
-            # leaves its file empty; torch then gzipped the empty file into place, a run
-            # stored finished with a trace that reads as nothing.
-            if not _whole(raw):
-                why = "a full disk, or a file size limit: ulimit -f"
-                raise OSError(errno.EIO, f"torch's profiler could not write it ({why})")
-            with raw.open("rb") as source, gzip.open(part, "wb") as target:
-                shutil.copyfileobj(source, target)
+        with writing(self.path), replaced(self.path) as part:
+            # The raw JSON beside it too (not in TMPDIR, whose disk a line would not name; not
+            # named .gz, which torch would gzip itself), a part a killed writer's successor
+            # sweeps away (paths.sweep_parts)
+            raw = part_name(self.path.with_suffix(".json"))
+            try:
+                with profiler_quiet():  # its "Failed to write to log file!": told below instead
+                    prof.export_chrome_trace(str(raw))
+                # Kineto only logs a write it could not make (a file size limit, a full disk)
+                # and leaves its file empty or cut; torch then gzipped the empty file into
+                # place, a run stored finished with a trace that reads as nothing.
+                if not _whole(raw):
+                    why = "a full disk, or a file size limit: ulimit -f"
+                    raise OSError(errno.EIO, f"torch's profiler could not write it ({why})")
+                with raw.open("rb") as source, gzip.open(part, "wb") as target:
+                    shutil.copyfileobj(source, target)
+            finally:
+                raw.unlink(missing_ok=True)
         self.written = True
 
     def __enter__(self) -> ProfileWindow:
