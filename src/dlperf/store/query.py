@@ -800,30 +800,32 @@ def differing_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     """A key no run and no experiment has is bad input, with the closest key as a hint, and a
-    table of the config with its keys (`_refuse_table`); so is a status no run can have, and
-    a kind (`_check_kind`)."""
+    table of the config with its keys (`_refuse_table`), a documented key (`model.kwargs`)
+    that the listed runs hold only as a table too; so is a status no run can have, and a
+    kind (`_check_kind`)."""
     from dlperf.config import describe
 
     # In the order a table's keys are offered: the experiment's as documented, then the runs'.
     described = [k for k, _ in describe()]
-    configs = set(described)
+    documented = set(described)
+    configs: set[str] = set()  # the keys the runs hold a value at (a table's are its leaves)
     tags: set[str] = set()
     for run in runs:
         configs |= set(run.flat_config)
         tags |= {f"tag.{t}" for t in run.tags}
-    ordered = described + sorted(configs - set(described))
-    known = configs | set(RUN_FIELDS) | set(SUMMARY_KEYS)
+    ordered = described + sorted(configs - documented)
+    held = configs | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     for run in runs:
-        known |= set(run.flat_summary)
+        held |= set(run.flat_summary)
     # A hint never offers a key --where cannot name (stored before such keys were refused):
     # offered `final.train/a=b` for `final.train/a=b=1`, which had failed on that very key.
-    offered = {k for k in known if nameable(k)}
+    offered = {k for k in held | documented if nameable(k)}
     for key in (c.key for c in conditions):
         if key.startswith(CONFIG):
-            _check_config_key(key, configs, ordered)
+            _check_config_key(key, configs, documented, ordered)
             continue
-        held = tags if key.startswith("tag.") else known
-        if stored_as(key, held) is not None:  # café held as cafe\u0301 too
+        # café held as cafe\u0301 too
+        if stored_as(key, tags if key.startswith("tag.") else held) is not None:
             continue
         if key.startswith("tag."):
             named = {t for t in tags if nameable(t[4:])}
@@ -831,7 +833,11 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
             raise UserError(
                 f"--where {clipped(key)}: no listed run has tag {quoted(key[4:])}", hint
             )
+        # Before a documented key is taken as known: `model.kwargs`, a table in every listed
+        # run, selected nothing without a word where its own `model.kwargs.a` was refused.
         _refuse_table(key, ordered)
+        if stored_as(key, documented) is not None:  # no listed run has it: it selects none
+            continue
         hint = did_you_mean(
             key,
             _near(key, offered),
@@ -865,13 +871,19 @@ def _refuse_table(key: str, ordered: list[str], prefix: str = "") -> None:
         )
 
 
-def _check_config_key(key: str, configs: set[str], ordered: list[str]) -> None:
-    """`config.KEY` where KEY is no listed run's config key and no experiment's is bad input,
-    with the closest config key as a hint, and a table of the config with its keys."""
-    if stored_as(key.removeprefix(CONFIG), configs) is not None:
+def _check_config_key(
+    key: str, configs: set[str], documented: set[str], ordered: list[str]
+) -> None:
+    """`config.KEY` where KEY is no listed run's config key (`configs`) and no experiment's
+    (`documented`) is bad input, with the closest config key as a hint, and a table of the
+    config with its keys: a documented key the listed runs hold only as a table too."""
+    name = key.removeprefix(CONFIG)
+    if stored_as(name, configs) is not None:
         return
-    _refuse_table(key.removeprefix(CONFIG), ordered, CONFIG)
-    offered = {CONFIG + k for k in configs if nameable(k)}
+    _refuse_table(name, ordered, CONFIG)
+    if stored_as(name, documented) is not None:
+        return
+    offered = {CONFIG + k for k in configs | documented if nameable(k)}
     hint = did_you_mean(
         key, _near(key, offered), "config.KEY reads a config key: config.train.lr", quote=True
     )
