@@ -126,18 +126,40 @@ _CPP_BACKTRACE = re.compile(
 )
 
 
+# The most of an error's text dlperf keeps (`error_text`): a model's exception may say a
+# megabyte (a tensor printed whole, a message built in a loop), which was one 1 MB line on
+# screen, twice in a sweep's log, and the run's stored error whole. Its beginning and its end
+# are kept (the end: a TorchScript error's own line, the last of its text, and `UserError`'s
+# hint). Longer than _LONGEST, not _HEAD + _TAIL: a line that quotes a cut text in a few words
+# of its own ("model file m.py failed to import: ...") is not cut a second time.
+_HEAD = 3000
+_TAIL = 1000
+_LONGEST = 5000
+
+
 def error_text(e: BaseException) -> str:
     """`str(e)` without the C++ backtrace torch's errors may carry (1.5 KB of frames,
     addresses and build paths inside a one-line error), or `<str() failed>` where the
     exception's own __str__ raises: its text is formatted while it is being handled (the
     failed run's error, the CLI's line), where the __str__'s error replaced the user's and
-    left the run unmarked. Here, not in parsing: the checks below read the text of whatever a
-    model or a library raised, and every line dlperf makes of it takes it from here."""
+    left the run unmarked. A text longer than 5,000 characters is cut to its first 3,000 and
+    last 1,000, "... (N characters left out) ..." between. Here, not in parsing:
+    the checks below read the text of whatever a model or a library raised, and every line
+    dlperf makes of it takes it from here."""
     try:
         text = str(e)
     except Exception:
         return "<str() failed>"
-    return _CPP_BACKTRACE.sub("", text)
+    return _cut(_CPP_BACKTRACE.sub("", text))
+
+
+def _cut(text: str) -> str:
+    """`text`, or where it is longer than _LONGEST its first _HEAD and last _TAIL characters,
+    " ... (1,234 characters left out) ... " between (as `parsing.quoted` counts them)."""
+    if len(text) <= _LONGEST:
+        return text
+    left_out = len(text) - _HEAD - _TAIL
+    return f"{text[:_HEAD]} ... ({left_out:,} characters left out) ... {text[-_TAIL:]}"
 
 
 # What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
