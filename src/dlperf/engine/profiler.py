@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import os
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -60,6 +61,15 @@ def _whole(raw: Path) -> bool:
     with raw.open("rb") as f:
         f.seek(max(0, raw.stat().st_size - 64))
         return f.read().rstrip().endswith(b"}")
+
+
+def _unwritten(folder: Path) -> OSError:
+    """Why Kineto wrote no whole trace into `folder`, as far as can be told: its disk is full
+    (said as any full disk is), or something refused the write unsaid (a file size limit)."""
+    if os.statvfs(folder).f_bavail == 0:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    why = "a full disk, or a file size limit: ulimit -f"
+    return OSError(errno.EIO, f"torch's profiler could not write it ({why})")
 
 
 class ProfileWindow(Component):
@@ -158,12 +168,12 @@ class ProfileWindow(Component):
                 # and leaves its file empty or cut; torch then gzipped the empty file into
                 # place, a run stored finished with a trace that reads as nothing.
                 if not _whole(raw):
-                    why = "a full disk, or a file size limit: ulimit -f"
-                    raise OSError(errno.EIO, f"torch's profiler could not write it ({why})")
+                    raise _unwritten(raw.parent)
                 with raw.open("rb") as source, gzip.open(part, "wb") as target:
                     shutil.copyfileobj(source, target)
-            finally:
-                raw.unlink(missing_ok=True)
+            finally:  # Kineto writes NAME.tmp, renamed when whole
+                for left in (raw, raw.with_name(raw.name + ".tmp")):
+                    left.unlink(missing_ok=True)
         self.written = True
 
     def __enter__(self) -> ProfileWindow:
