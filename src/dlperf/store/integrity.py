@@ -252,6 +252,17 @@ def refuse_without_runs(engine: Engine) -> None:
         raise damaged(path, "no such table: runs; its tables are not as dlperf made them")
 
 
+def missing_table(engine: Engine, table: str) -> UserError:
+    """The one line for a store at the current version without dlperf's table `table`
+    (dropped by hand), in the words its first query to meet it gives on its backend; a
+    SQLite file is damaged, and never written from now on."""
+    path = store_file(engine)
+    if path is not None:
+        return damaged(path, f"no such table: {table}; its tables are not as dlperf made them")
+    said = f'relation "{table}" does not exist'
+    return _edited(masked_url(engine.url.render_as_string()), said, None)
+
+
 def opened(engine: Engine) -> None:
     """Note a store that opened: if SQLite later calls it "not a database", its header was
     damaged since (before it opened, that is a file that never was a store: bad input)."""

@@ -8,7 +8,8 @@ Version 1 is every store made before versions were recorded (it may lack the tab
 since the first release, and holds no tables of version 3's). A new store is made at the
 current version in one step. A store of a newer dlperf, one with version 3's tables but no
 version row or a version row but no store id (edited by hand or damaged), or a database
-holding tables that are not dlperf's, is refused.
+holding tables that are not dlperf's, is refused; so is a current store without one of
+dlperf's tables (dropped by hand), by every command as it opens.
 
 Migrations run in one transaction under a lock (SQLite: the write lock taken by BEGIN
 IMMEDIATE; PostgreSQL: an advisory lock), so processes opening a store at the same moment
@@ -18,6 +19,7 @@ sweep's or a report's workers) finds the current version and only reads.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -223,7 +225,38 @@ def refuse_foreign_file(
     A lock another process holds is waited for as the store's own reads wait (`begin`,
     runstore's `read_begun`: in attempts a stop can end). A file this cannot read (damaged,
     not a database) is left to the store's own opening, which says what is wrong in its
-    words."""
+    words. A refused WAL store is left without the -wal and -shm this read made (`_tidy`)."""
+    made = [side for side in _beside(path) if not side.exists()]
+    try:
+        _refuse_foreign_file(path, where, busy_s, begin)
+    except UserError:
+        _tidy(path, made)
+        raise
+
+
+def _beside(path: Path) -> tuple[Path, Path]:
+    return Path(f"{path}-wal"), Path(f"{path}-shm")
+
+
+def _tidy(path: Path, made: list[Path]) -> None:
+    """Remove the -wal and -shm `made` beside the refused store `path`, if they are there: a
+    read-only connection makes them on a WAL store and cannot remove them as it closes, and
+    nothing else opens a refused store (an empty -wal and a 32 KiB -shm were left beside a
+    store "left as it was"). SQLite's own close removes them: one connection that may write
+    reads the file and closes; being the last to close, it checkpoints the WAL (empty: the
+    file is not written) and removes both. Another process's connection keeps them."""
+    if not any(side.exists() for side in made):
+        return
+    with (
+        contextlib.suppress(sqlite3.Error),
+        closing(sqlite3.connect(f"file:{quote(str(path))}", uri=True, timeout=0)) as conn,
+    ):
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+
+
+def _refuse_foreign_file(
+    path: Path, where: str, busy_s: float, begin: Callable[[sqlite3.Connection, str, float], None]
+) -> None:
     uri = f"file:{quote(str(path))}?mode=ro"
     try:
         with closing(sqlite3.connect(uri, uri=True, isolation_level=None)) as conn:
@@ -258,11 +291,20 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
         meta = table_named(reader.dialect, Meta.__tablename__)  # connected: its schema is known
         tables = set(inspect(conn).get_table_names())
         facts = _facts(conn, tables)
+        if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
+            # The common case: a current store, only read.
+            _refuse_bad_id(facts[STORE_ID], where, sqlite)
+            _refuse_missing(reader, conn, tables)
+            return facts[STORE_ID]
+        # Refused before any lock, in the order `refuse_foreign_file` refuses a SQLite file:
+        # its version, then tables that are not dlperf's, then its id. A PostgreSQL schema
+        # of another program's `meta` table alone (store id 'abc') was told to set back an id
+        # it never had from dlperf, where a SQLite file of it was "not dlperf's".
+        version = _version(facts, tables, where, _columns(conn), sqlite, meta)
+        if version < SCHEMA_VERSION:
+            _refuse_foreign(conn, tables, where)
         if STORE_ID in facts:
             _refuse_bad_id(facts[STORE_ID], where, sqlite)
-        if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
-            return facts[STORE_ID]  # the common case: a current store, only read
-        _version(facts, tables, where, _columns(conn), sqlite, meta)  # refused before any lock
     if not tables and not create:
         return None
     with writer.begin() as conn:
@@ -292,6 +334,25 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
             ],
         )
         return store_id
+
+
+def _refuse_missing(engine: Engine, conn: Connection, tables: set[str]) -> None:
+    """Refuse a current store without one of dlperf's tables (dropped by hand), whatever the
+    command: readers and writers alike, as it opens. Before, only a command whose query met
+    the table refused it (`runs show` called a store without `metrics` damaged, "dlperf
+    neither reads nor writes it"), and `runs tag` then wrote into it, `runs list` read it."""
+    missing = set(Base.metadata.tables) - tables
+    if missing:
+        # Listed again: on PostgreSQL each statement sees what was committed before it, and a
+        # migration committed between the first listing and the version row's read made them.
+        missing -= set(inspect(conn).get_table_names())
+    if missing:
+        from dlperf.store import integrity  # imported here: integrity imports this module
+
+        # One named, as SQLite's and PostgreSQL's own errors name one: `runs` first, without
+        # which nothing there is a store's.
+        first = "runs" if "runs" in missing else min(missing)
+        raise integrity.missing_table(engine, first)
 
 
 def _refuse_bad_id(store_id: str, where: str, sqlite: bool) -> None:
