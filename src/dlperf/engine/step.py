@@ -13,6 +13,9 @@ phase and does nothing unless the trainer hands in a real timer.
 from __future__ import annotations
 
 import math
+import numbers
+import os
+import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -29,7 +32,7 @@ from dlperf.engine.checks import IN_INIT, Held, Kept, first_line, refuse_compili
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.train_loop import StepError
 from dlperf.errors import UserError, error_text, interrupted, model_frames, out_of_memory
-from dlperf.formatting import few
+from dlperf.formatting import clip, few
 from dlperf.precision import autocast as precision_autocast
 
 
@@ -208,12 +211,16 @@ class TrainStep:
     # Its parameters' shapes then: a forward that reassigns one's .data at another shape
     # fails the backward or the optimizer step, whose error names no parameter (StepFailed).
     shapes: dict[str, torch.Size] = field(init=False)
+    # The parameters it trained then: a forward that freezes them all (requires_grad_(False))
+    # fails the backward in torch's words for gradients turned off, which name none of them.
+    trained: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.held = Held.of(self.model)
         self.shapes = {
             n: p.shape for n, p in self.model.named_parameters() if not nn.parameter.is_lazy(p)
         }
+        self.trained = [n for n, p in self.model.named_parameters() if p.requires_grad]
 
     def check_not_grown(self) -> None:
         """Raise ModelGrew where the model holds parameters or persistent buffers it did not
@@ -245,7 +252,7 @@ class TrainStep:
                 # (checks.dry_backward)
                 warnings.filterwarnings("ignore", UNFED_HOOK, UserWarning)
                 self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-        except RuntimeError as e:
+        except Exception as e:  # torch's RuntimeError mostly; _failed tells what it takes
             if (failed := self._failed(e, f"model {name}'s backward", backward=True)) is None:
                 raise
             raise failed from e
@@ -256,7 +263,7 @@ class TrainStep:
                     self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled
                     nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
                 self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
-        except RuntimeError as e:
+        except Exception as e:  # a TypeError too: an lr the forward set to a str
             what = f"model {name}'s optimizer step ({type(self.optimizer).__name__})"
             if (failed := self._failed(e, what, backward=False)) is None:
                 raise
@@ -267,31 +274,83 @@ class TrainStep:
         self.timer.mark("optimizer")
         return Stepped(loss.detach(), output, lr)
 
-    def _failed(self, e: RuntimeError, what: str, backward: bool) -> StepFailed | None:
+    def _failed(self, e: Exception, what: str, backward: bool) -> StepFailed | None:
         """The one line for torch's error `e` in `what` (the `backward`, or the optimizer step);
-        None for one told otherwise: the model's own code's (a custom Function's backward:
-        its frames), running out of memory (the memory's line), a stop's, and any met by a
-        distributed step (a peer that left fails DDP's all-reduce in the backward, Horovod's
-        in `reduced`: the launcher tells which rank failed first)."""
-        if model_frames(e) or out_of_memory(e) or interrupted(e) or self._distributed():
+        None for one told otherwise: one torch did not raise (dlperf's own, in its traceback),
+        the model's own code's (a custom Function's backward: its frames), running out of
+        memory (the memory's line), a stop's, and any met by a distributed step (a peer that
+        left fails DDP's all-reduce in the backward, Horovod's in `reduced`: the launcher
+        tells which rank failed first)."""
+        if not _raised_in_torch(e) or model_frames(e) or out_of_memory(e) or interrupted(e):
             return None
+        if self._distributed():
+            return None
+        # The causes torch's error does not name, the first found told
+        hint = self._reshaped() or (self._frozen(e) if backward else self._unsteppable())
+        if hint is None and backward:  # the dry backward's fix, where torch's error is one it knows
+            known = backward_hint(error_text(e))
+            hint = None if known == backward_hint("") else known  # its fallback: no fix known
+        return StepFailed(what, first_line(e), hint)
+
+    def _reshaped(self) -> str | None:
+        """The parameters the forward reassigned at another shape, with the fix."""
         now = dict(self.model.named_parameters())
         reshaped = [
             f"{n} {list(shape)} -> {list(now[n].shape)}"
             for n, shape in self.shapes.items()
             if n in now and not nn.parameter.is_lazy(now[n]) and now[n].shape != shape
         ]
-        hint: str | None = None
-        if reshaped:  # the cause, which torch's error does not name
-            hint = (
-                f"its forward changed the shape of {few(reshaped, 4)} during training, after "
-                "the optimizer was built: a parameter keeps its shape; make a layer of each "
-                "shape it needs in __init__"
-            )
-        elif backward:  # the dry backward's fix, where torch's error is one it knows
-            known = backward_hint(error_text(e))
-            hint = None if known == backward_hint("") else known  # its fallback: no fix known
-        return StepFailed(what, first_line(e), hint)
+        if not reshaped:
+            return None
+        return (
+            f"its forward changed the shape of {few(reshaped, 4)} during training, after the "
+            "optimizer was built: a parameter keeps its shape; make a layer of each shape it "
+            "needs in __init__"
+        )
+
+    def _frozen(self, e: Exception) -> str | None:
+        """For a backward whose loss has no gradient (torch: "does not require grad"): the
+        trained parameters the forward froze, where it froze any. torch's words, and the dry
+        backward's fix for them, are of gradients turned off (no_grad, .detach())."""
+        if "does not require grad" not in error_text(e):
+            return None
+        now = dict(self.model.named_parameters())
+        frozen = [n for n in self.trained if n in now and not now[n].requires_grad]
+        if not frozen:
+            return None
+        return (
+            f"its forward froze {few(frozen, 4)} (requires_grad=False) during training, after "
+            "the optimizer was built: the scores carry no gradient; freeze in __init__ only "
+            "what should not train, and leave requires_grad alone in forward"
+        )
+
+    def _unsteppable(self) -> str | None:
+        """For a failed optimizer step: a sparse gradient the forward brought on (an
+        nn.Embedding made sparse=True mid-run; torch's error then advises add(dense, sparse)),
+        or a hyperparameter of the optimizer's param groups it set to a non-number (an lr of
+        "fast": torch's TypeError names neither)."""
+        for name, p in self.model.named_parameters():
+            if p.grad is not None and p.grad.layout != torch.strided:
+                owner = self.model.get_submodule(name.rpartition(".")[0])
+                made = (
+                    f" ({type(owner).__name__}(sparse=True))"
+                    if getattr(owner, "sparse", False)
+                    else ""
+                )
+                return (
+                    f"its parameter {name} got a sparse gradient{made} during training, which "
+                    "dlperf's optimizers, gradient clipping and DDP do not take: use sparse=False"
+                )
+        for group in self.optimizer.param_groups:
+            for key, default in self.optimizer.defaults.items():
+                value = group.get(key)
+                if _number(default) and not (_number(value) or isinstance(value, torch.Tensor)):
+                    return (
+                        f"the optimizer's {key} is {clip(repr(value), 40)} "
+                        f"({type(value).__name__}), set during training: leave its param groups "
+                        "to dlperf (train.lr and the schedule set the learning rate)"
+                    )
+        return None
 
     def _distributed(self) -> bool:
         """Whether the step reduces across processes (DDP's process group, Horovod's)."""
@@ -309,6 +368,23 @@ class TrainStep:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+
+
+def _number(value: object) -> bool:
+    """Whether `value` is a plain number (a bool is not one: an optimizer's flag)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _raised_in_torch(e: BaseException) -> bool:
+    """Whether `e` was raised in torch's own code (its innermost frame is torch's, as for its
+    C++ errors, raised from the Python function that called in), not in dlperf's."""
+    frames = list(traceback.walk_tb(e.__traceback__))
+    if not frames:
+        return False
+    return frames[-1][0].f_code.co_filename.startswith(_TORCH_DIR)
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 def steps_per_epoch(samples: int, batch: int, partial: bool = False) -> int:
