@@ -210,9 +210,12 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     # A file edited since that now fails its build, checks or weights: the change is said
     # before the failure, which alone lost it (the warning below is said once it passed).
     told = reporter or NullReporter()
+    # What its model file did to the process as the run was rebuilt, put back: the same lines
+    # a run of it says, among the source's warnings (export tells them, in --json too)
+    kept = _WarningsKept(told)
     with telling_changed(record, lambda said: told.log(warned(said))):
-        with rebuilding(f"run {run_id}"), _compiling_nothing():
-            model = build_model(exp, data, torch.device("cpu"), fresh=False)
+        with rebuilding(f"run {run_id}"), _compiling_nothing(), kept.told_if_failed():
+            model = build_model(exp, data, torch.device("cpu"), kept, fresh=False)
         same = model_file_kept(record)  # a factory's own change, not the file's: told so
         checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, same)
         # Its non-persistent buffers too, which the state dict leaves out: a forward reading
@@ -245,7 +248,33 @@ def from_run(store: RunStore, run_id: int, reporter: Reporter | None = None) -> 
     _record_build(meta, exp.model.name, exp.model.kwargs)
     meta.epoch = saved.get("progress", {}).get("epoch")
     changed = model_file_changed(record)
-    return Source(model, meta, images, [] if changed is None else [changed])
+    return Source(model, meta, images, [*([] if changed is None else [changed]), *kept.said])
+
+
+class _WarningsKept(NullReporter):
+    """A stored run's rebuild's reporter: its warning lines kept (without "warning: ") for
+    the source's warnings, its other lines passed to `told`."""
+
+    def __init__(self, told: Reporter) -> None:
+        self.told = told
+        self.said: list[str] = []
+
+    def log(self, message: str) -> None:
+        if message.startswith("warning: "):
+            self.said.append(message.removeprefix("warning: "))
+        else:
+            self.told.log(message)
+
+    @contextlib.contextmanager
+    def told_if_failed(self) -> Iterator[None]:
+        """The lines kept so far told as the block fails: they may explain the failure (the
+        file's torch.set_default_dtype), and with it were lost."""
+        try:
+            yield
+        except BaseException:
+            for said in dict.fromkeys(self.said):
+                self.told.log(warned(said))
+            raise
 
 
 def _record_build(meta: ModelMeta, name: str, kwargs: Mapping[str, Any]) -> None:

@@ -56,7 +56,7 @@ from dlperf.errors import (
     raised_by_model,
 )
 from dlperf.formatting import few, ran_out
-from dlperf.models.torch_hooks import HooksAndModes
+from dlperf.models.torch_hooks import HooksAndModes, ImportModes
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
 from dlperf.paths import not_regular, unexpanded
 from dlperf.procs import alive
@@ -308,6 +308,9 @@ _MODEL_FILES: set[str] = set()
 # modules in its folder a run hashes (`neighbour_digests`) so that an edit of helper.py is told
 # as one of the model file is (experiment.run)
 _NEIGHBOURS: dict[Path, str] = {}
+# The modes each model file's last import entered and left on (by its resolved path), lent
+# to its factory's calls (torch_hooks.ImportModes)
+_IMPORT_MODES: dict[Path, ImportModes] = {}
 
 
 def _home(directory: Path) -> str:
@@ -923,6 +926,37 @@ def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
     ]
 
 
+def _modules_put_back(held: dict[str, Any], path: Path, when: str) -> list[str]:
+    """sys.modules put back to `held` (a copy of it) where the model file at `path` replaced,
+    removed or blocked (`sys.modules["json"] = None`) a module, one note. Left so, the next
+    import of it, dlperf's or torch's own, failed ("import of json halted; None in
+    sys.modules"), told as torch's broken installation or the input's fault, or took the
+    file's stand-in. Modules it imported are its own and stay; dlperf's homes of model files
+    (USER_MODULE_PREFIX) are dlperf's to keep."""
+    changed = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith(USER_MODULE_PREFIX):
+            continue
+        if name not in held:
+            if module is None:  # a block of an import not made yet
+                del sys.modules[name]
+                changed.append(f"{name} (set to None)")
+        elif module is not held[name]:
+            sys.modules[name] = held[name]
+            changed.append(f"{name} ({'set to None' if module is None else 'replaced'})")
+    for name, module in held.items():
+        if name not in sys.modules and not name.startswith(USER_MODULE_PREFIX):
+            sys.modules[name] = module
+            changed.append(f"{name} (removed)")
+    if not changed:
+        return []
+    return [
+        f"model file {path} changed sys.modules {when}: {few(changed, 4)}; put back as the "
+        "process had it: left so, a later import of them (dlperf's, torch's) failed or took the "
+        "file's stand-in"
+    ]
+
+
 # The interval timers a model file may arm (`signal.alarm(3)` as a timeout guard around a
 # download, never cancelled) are stopping.TIMER_SIGNALS's, by the signal each sends: by
 # default it ends the process.
@@ -981,32 +1015,43 @@ def _timers_put_back(
 
 
 @contextlib.contextmanager
-def _process_kept(path: Path, when: str) -> Iterator[None]:
-    """The block (a model file's import, its factory's call) with the stop signals' handlers,
-    the working directory, a lowered recursion limit, torch's default dtype and device, its
+def _process_kept(
+    path: Path, when: str, lent: ImportModes | None = None
+) -> Iterator[list[ImportModes]]:
+    """The block (a model file's import, its factory's call) with sys.modules, the stop
+    signals' handlers, the working directory, a lowered recursion limit, torch's default dtype
+    and device, its
     anomaly mode, deterministic algorithms and flush denormal (`_Autograd`), its torch.backends
     settings, its global module hooks and modes (`HooksAndModes`), the functions of its
     namespaces the model replaced and the timers it armed put back as they were, and the
     child processes it started that outlive dlperf or hold its exit named, each told in one
-    line (`note`)."""
+    line (`note`). `lent`: the modes the file's import entered, on again for the block (its
+    factory's call); the list it yields gets, after the block, the modes the block entered
+    and left on (`_import_file` keeps an import's, for its factory's calls)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
     limit, timers = sys.getrecursionlimit(), _timers_now()
     autograd, backends, functions = _Autograd.now(), _backends_now(), _functions_now()
-    hooks = HooksAndModes.now()
+    hooks, modules = HooksAndModes.now(), dict(sys.modules)
+    entered: list[ImportModes] = []
     try:
-        yield
+        if lent is not None:  # after `hooks`: put back after the call, as held before it
+            lent.lend()
+        yield entered
     finally:
         # First: under the model's lower limit the checks below may not have the depth to run
         notes = _recursion_kept(path, when, limit)
+        # Then the modules dlperf's own code (torch's lazy imports) imports as it checks
+        notes += _modules_put_back(modules, path, when)
         notes += _timers_put_back(timers, path, when)
         _exit_handler_last()  # to run before any exit handler the block registered
         # The default device first (torch holds it as a mode of its own, at the stack's
         # bottom), then the file's modes, before the checks below run torch code under them
         notes += torch_defaults_kept(path, when, dtype, device)
-        notes += hooks.put_back(path, when)
+        entered.append(hooks.entered())
+        notes += hooks.put_back(path, when, lent)
         notes += autograd.put_back(path, when)
         notes += _backends_put_back(backends, path, when)
         notes += _functions_put_back(functions, path, when)
@@ -1111,7 +1156,7 @@ def _import_file(path: Path) -> ModuleType:
     try:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
         with (
-            _process_kept(path, "as it was imported"),
+            _process_kept(path, "as it was imported") as entered,
             contextlib.redirect_stdout(sys.stderr),
             _no_os_exit(),
             _as_script(path),
@@ -1145,6 +1190,7 @@ def _import_file(path: Path) -> ModuleType:
         home, _, attribute = name.rpartition(".")
         setattr(sys.modules[home], attribute, module)
     _NEIGHBOURS[path.resolve()] = name if package else _home(directory)
+    _IMPORT_MODES[path.resolve()] = entered[0]
     return module
 
 
@@ -1198,7 +1244,7 @@ def build_from_factory(
         # as when its module is imported
         path = Path(model_file_text(spec))
         with (
-            _process_kept(path, "in its factory"),
+            _process_kept(path, "in its factory", _IMPORT_MODES.get(path.expanduser().resolve())),
             contextlib.redirect_stdout(held := _HeldFetch(sys.stderr)),
             _fetches_told(held),
             _as_script(path),

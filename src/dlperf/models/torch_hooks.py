@@ -8,7 +8,10 @@ for the rest of the process: every model built after it, a `--jobs 1` sweep's ot
 trained through the file's hook and was stored at chance, unsaid. `HooksAndModes.now()` holds
 them as the process has them; `put_back` sets them back after the import or the factory call
 (registry._process_kept), one line each kind, as the file's own versions of torch's functions
-are: its own model then runs without them too.
+are: its own model then runs without them too. The modes a file enters as it is imported are
+lent back on for its factory's calls (`ImportModes`): a file that enters one at import and
+exits it in its factory balances its own stack, and taken off in between, the factory's exit
+failed, "trying to pop from empty mode stack".
 """
 
 from __future__ import annotations
@@ -106,11 +109,7 @@ def _set_dispatch_modes(modes: list[Any], flags: dict[str, Any]) -> None:
         torch._C._pop_torch_dispatch_stack(None)
     for mode in modes:
         torch._C._push_on_torch_dispatch_stack(mode)
-    for name, value in flags.items():
-        setattr(python_dispatch, name, value)
-    # torch's compiler reads the last of them from its own copy, which __enter__ keeps in step
-    if _set_compilers_flag is not None and _DISPATCH_FLAGS[-1] in flags:
-        _set_compilers_flag(flags[_DISPATCH_FLAGS[-1]])
+    _set_dispatch_flags(flags)
 
 
 def _mode_line(kind: str, entered: list[Any], left: list[Any]) -> str:
@@ -120,6 +119,48 @@ def _mode_line(kind: str, entered: list[Any], left: list[Any]) -> str:
     if left:
         said.append(f"left the process's {kind} {few([type(m).__name__ for m in left], 3)}")
     return " and ".join(said)
+
+
+def _set_dispatch_flags(flags: dict[str, Any]) -> None:
+    for name, value in flags.items():
+        setattr(python_dispatch, name, value)
+    # torch's compiler reads the last of them from its own copy, which __enter__ keeps in step
+    if _set_compilers_flag is not None and _DISPATCH_FLAGS[-1] in flags:
+        _set_compilers_flag(flags[_DISPATCH_FLAGS[-1]])
+
+
+def _dispatch_flags() -> dict[str, Any]:
+    return {n: getattr(python_dispatch, n) for n in _DISPATCH_FLAGS if hasattr(python_dispatch, n)}
+
+
+def _is_among(mode: Any, modes: list[Any]) -> bool:
+    return any(mode is m for m in modes)
+
+
+@dataclasses.dataclass
+class ImportModes:
+    """The modes a model file entered as it was imported and left on, bottom first, which
+    `HooksAndModes.put_back` took off the stack: lent back on, on top of the process's, for
+    each call of its factory, as they are on for it in a process of its own. A factory that
+    exits them (entered at import, exited there) finds them to exit; those it exited are not
+    lent again, as Python would not have them on for its next call either."""
+
+    function: list[Any]
+    dispatch: list[Any]
+    dispatch_flags: dict[str, Any]  # as the file's modes left them
+
+    def lend(self) -> None:
+        for mode in self.function:
+            torch._C._push_on_torch_function_stack(mode)
+        if self.dispatch:
+            for mode in self.dispatch:
+                torch._C._push_on_torch_dispatch_stack(mode)
+            _set_dispatch_flags(self.dispatch_flags)
+
+    def keep_on(self, functions: list[Any], dispatch: list[Any]) -> None:
+        """Only those still on the stacks (`functions`, `dispatch`) after a factory's call."""
+        self.function = [m for m in self.function if _is_among(m, functions)]
+        self.dispatch = [m for m in self.dispatch if _is_among(m, dispatch)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,22 +186,42 @@ class HooksAndModes:
             _function_modes(),
             device_modes.CURRENT_DEVICE,
             _dispatch_modes(),
-            {
-                n: getattr(python_dispatch, n)
-                for n in _DISPATCH_FLAGS
-                if hasattr(python_dispatch, n)
-            },
+            _dispatch_flags(),
         )
 
-    def put_back(self, path: Path, when: str) -> list[str]:
+    def entered(self) -> ImportModes:
+        """The modes on the stacks now that were not when held, bottom first (the default
+        device's DeviceContext left out: torch_defaults_kept puts that back)."""
+        return ImportModes(
+            [
+                m
+                for m in _function_modes()
+                if not _is_among(m, self.function_modes) and not isinstance(m, DeviceContext)
+            ],
+            [m for m in _dispatch_modes() if not _is_among(m, self.dispatch_modes)],
+            _dispatch_flags(),
+        )
+
+    def put_back(self, path: Path, when: str, lent: ImportModes | None = None) -> list[str]:
         """The hooks and modes set back as held where the model file at `path` changed them,
         one note for the hooks and one for the modes. Modes first: the rest of dlperf's checks
-        run torch code, which a mode of the file's would see."""
-        return self._modes_put_back(path, when) + self._hooks_put_back(path, when)
+        run torch code, which a mode of the file's would see. `lent`: its import's modes, lent
+        for the block (a factory's call), taken off unsaid where still on (its import said
+        them), and kept for its next call only so."""
+        return self._modes_put_back(path, when, lent) + self._hooks_put_back(path, when)
 
-    def _modes_put_back(self, path: Path, when: str) -> list[str]:
+    def _modes_put_back(self, path: Path, when: str, lent: ImportModes | None) -> list[str]:
         lines = []
         functions, dispatch = _function_modes(), _dispatch_modes()
+        if lent is not None:
+            lent.keep_on(functions, dispatch)
+            # Its import's modes the call left on: taken off, unsaid (its import said them)
+            functions = [m for m in functions if not _is_among(m, lent.function)]
+            dispatch = [m for m in dispatch if not _is_among(m, lent.dispatch)]
+            if lent.function:
+                _set_function_modes(self.function_modes)
+            if lent.dispatch:
+                _set_dispatch_modes(self.dispatch_modes, self.dispatch_flags)
         if [id(m) for m in functions] != [id(m) for m in self.function_modes]:
             _set_function_modes(self.function_modes)
             device_modes.CURRENT_DEVICE = self.current_device
