@@ -88,7 +88,8 @@ def test_a_forward_converting_the_model_to_float64_mid_run_fails_the_run_in_one_
     said = (
         "model Net's forward changed the dtype of parameters (fc.weight torch.float32 -> "
         "torch.float64, fc.bias torch.float32 -> torch.float64) during training, after the "
-        "optimizer was built"
+        "optimizer was built: it trained on in that dtype, stored at its run.precision; leave "
+        "the parameters' dtype to dlperf"
     )
     assert result.code == 1, result.err
     assert said in _words(result.err) and "Traceback" not in result.err, result.err

@@ -301,6 +301,10 @@ class Held:
         ]
         return " and ".join(said) or None
 
+    def only_retyped(self, model: nn.Module, changed: str) -> bool:
+        """Whether `changed`, this Held's `changed(model)`, is a dtype change alone."""
+        return changed == f"changed the dtype of parameters ({few(self.retyped(model), 4)})"
+
     def retyped(self, model: nn.Module) -> list[str]:
         """The parameters of `model` it held whose dtype has changed since, each "fc.weight
         torch.float32 -> torch.float64" (a parameter made anew is `changed`'s "registered")."""
@@ -339,8 +343,7 @@ def check_not_grown(model: nn.Module, what: str) -> None:
     changed = held.changed(model)
     if changed is None:
         return
-    retyped = held.retyped(model)
-    if changed == f"changed the dtype of parameters ({few(retyped, 4)})":  # that alone
+    if held.only_retyped(model, changed):
         raise Grown(
             f"the forward of {what} {changed} after its first call: a run trains the model as "
             "its factory builds it, in float32, and is stored at its run.precision, which "

@@ -28,7 +28,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.analytic.counting import UNFED_HOOK, backward_hint
 from dlperf.config import RunConfig, TrainConfig
-from dlperf.engine.checks import IN_INIT, Held, Kept, first_line, refuse_compiling
+from dlperf.engine.checks import IN_INIT, RETYPED, Held, Kept, first_line, refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.train_loop import StepError
 from dlperf.errors import UserError, error_text, interrupted, model_frames, out_of_memory
@@ -68,11 +68,17 @@ class ModelGrew(WrongOutput):
     network. The run fails in this one line, as for a wrong output; it trained, rc 0, with no
     word."""
 
-    def __init__(self, model: nn.Module, changed: str) -> None:
+    def __init__(self, model: nn.Module, changed: str, only_retyped: bool = False) -> None:
+        # A dtype change alone (self.double()) adds nothing: it trained on in that dtype
+        why, fix = (
+            ("it trained on in that dtype, stored at its run.precision", RETYPED)
+            if only_retyped
+            else ("what it adds never trains, and its checkpoint fits no network its factory "
+                  "builds", IN_INIT)
+        )  # fmt: skip
         super().__init__(
             f"model {type(model).__name__}'s forward {changed} during training, after the "
-            "optimizer was built: what it adds never trains, and its checkpoint fits no "
-            f"network its factory builds; {IN_INIT}"
+            f"optimizer was built: {why}; {fix}"
         )
 
 
@@ -228,7 +234,7 @@ class TrainStep:
         and after a final evaluation, not at every step: a walk of the model's modules."""
         changed = self.held.changed(self.model)
         if changed is not None:
-            raise ModelGrew(self.model, changed)
+            raise ModelGrew(self.model, changed, self.held.only_retyped(self.model, changed))
 
     def __call__(self, x: Any, y: Any) -> Stepped:
         self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
