@@ -245,7 +245,7 @@ def refuse_without_runs(engine: Engine) -> None:
     path = store_file(engine)
     if path is None:
         return
-    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'"
+    query = "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = 'runs'"
     with engine.connect() as conn:
         found = conn.exec_driver_sql(query).first()
     if found is None:
