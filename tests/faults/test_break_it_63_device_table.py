@@ -27,4 +27,8 @@ def test_a_table_refused_by_a_device_names_the_device(cli: Callable[..., CliResu
         "--upto", "0.3", "--to-csv", "/dev/full",
     )  # fmt: skip
     assert done.code == 1, done.err
-    assert done.err.strip() == "error: cannot use /dev/full: No space left on device"
+    # the last line: a slow fit (a busy machine) prints its progress line first
+    assert (
+        done.err.strip().splitlines()[-1] == "error: cannot use /dev/full: No space left on device"
+    )
+    assert "Traceback" not in done.err
