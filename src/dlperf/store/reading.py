@@ -23,6 +23,7 @@ from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from dlperf.errors import UserError
 from dlperf.paths import no_file_of_bytes, one_file, unnamed_cwd, within
@@ -155,7 +156,7 @@ class SqliteListing:
         # long way waits for it, in attempts a stop can end (its busy timeout, once).
         # Waited here too, in SQLite's busy handler, a read held Ctrl-C for the whole wait
         # and then waited as long again the long way.
-        with closing(sqlite3.connect(self.path, timeout=0)) as conn:
+        with closing(_connect(self.path)) as conn:
             conn.isolation_level = None  # reads only: no implicit transactions
             yield conn
 
@@ -274,7 +275,7 @@ def recorded_files(path: Path) -> tuple[str, list[tuple[int, str, str]]] | None:
         return None
     try:
         # As `SqliteListing` reads: read only "mode=ro" left the -wal and -shm files behind
-        with closing(sqlite3.connect(path, timeout=0)) as conn:
+        with closing(_connect(path)) as conn:
             query = "SELECT value FROM meta WHERE key = ?"
             found = conn.execute(query, (STORE_ID,)).fetchone()
             if found is None or not made_store_id(found[0]):
@@ -287,6 +288,30 @@ def recorded_files(path: Path) -> tuple[str, list[tuple[int, str, str]]] | None:
 
 # The files beside a SQLite store that are the store too: SQLite replays or reads them.
 STORE_NEIGHBOURS = ("-wal", "-shm", "-journal")
+
+
+def frozen(path: Path) -> bool:
+    """Whether a reader (a command that does not write) reads the store file `path` as
+    immutable, as `?mode=ro` reads one on read-only media: a file that cannot be written
+    (`chattr +i`, another user's read-only file), which SQLite opens read-only, and then
+    left an empty -wal and a 32 KiB -shm beside a WAL store for good (a read-only connection
+    does not remove them as it closes). Only in a folder that can be written (read-only
+    media, where SQLite can make no -shm, is read with `?mode=ro`, as its refusal says), and
+    only where no file is beside it: then no process has the store open (a WAL store's -wal
+    and -shm are there while one has), none writes it, and nothing waits in a -wal or a
+    rollback journal."""
+    if not path.is_file() or os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        return False
+    return not any(path.with_name(path.name + end).exists() for end in STORE_NEIGHBOURS)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A `sqlite3` connection reading the store file `path` that waits for no lock another
+    process holds. Not "mode=ro" alone, which left the -wal and -shm files behind."""
+    if frozen(path):
+        uri = f"file:{quote(str(path))}?mode=ro&immutable=1"
+        return sqlite3.connect(uri, uri=True, timeout=0)
+    return sqlite3.connect(path, timeout=0)
 
 
 def not_the_store(path: Path, option: str, db: str | None) -> None:

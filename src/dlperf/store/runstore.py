@@ -92,6 +92,7 @@ from dlperf.store.query import (
     stale_mark,
     that_stores,
 )
+from dlperf.store.reading import frozen
 from dlperf.store.record import RUNNING, STATUSES, RunRecord, place_named, read_place
 from dlperf.store.schema import (
     COPY_DIR,
@@ -203,6 +204,9 @@ REPAIRING = ".{}.repairing"
 LEFT = "not found there, nor beside this store: if the run's files were moved, they were left"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 ROLLBACK = "dlperf_rollback"  # a SQLite connection's info: its store is not in WAL mode
+# The execution option of a reader's write (the upgrade of an older store, `RunStore._opened`):
+# a SQLite store is written in its own journal mode, which readers leave as they found it.
+KEEP_MODE = "dlperf_keep_mode"
 WRITE = "for its write lock"  # what a write waits for, as its refusal says it
 # A read of the first page, which takes a SQLite transaction's read lock (`read_begun`).
 READ_LOCK = "SELECT 1 FROM sqlite_master LIMIT 1"
@@ -707,13 +711,15 @@ def _absent(name: str, what: str, read_only: bool) -> tuple[str, str]:
     return f"run store {name} {what}", "make it with a command that writes, e.g. dlperf run"
 
 
-def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> Engine:
+def _sqlite_engine(
+    engine: Engine, name: str, where: Path, read_only: bool, immutable: bool = False
+) -> Engine:
     """The engine of a SQLite store whose file is `where`. The driver ignores a URL's
     `?mode=ro` (with a warning) and writes: with `read_only` the file is opened read-only
-    indeed."""
-    if read_only:
+    indeed. `immutable` (a reader's, `reading.frozen`): read as on read-only media."""
+    if read_only or immutable:
         uri = f"file:{quote(str(where))}?mode=ro"
-        if _on_read_only_media(where):
+        if immutable or _on_read_only_media(where):
             uri += "&immutable=1"
         engine = create_engine(
             engine.url,
@@ -753,7 +759,12 @@ def _stored_json(database: str | None, text: str) -> Any:
 
 
 def _in_attempts(
-    attempt: Callable[[], T], cursor: Any, name: str, busy_s: float, wanted: str = "to read it"
+    attempt: Callable[[], T],
+    cursor: Any,
+    name: str,
+    busy_s: float,
+    wanted: str = "to read it",
+    readers: bool = False,
 ) -> T:
     """`attempt`, a statement that takes a lock on a SQLite store, made again while another
     process holds it, for up to `busy_s`; `cursor` is on the statement's connection, whose
@@ -766,7 +777,7 @@ def _in_attempts(
     shielded (dlperf.stopping), ends the wait within STOP_WAIT_S, and cuts no write: none has
     begun. Also where SQLite never calls its handler: switching a new file to WAL upgrades a
     read lock to a write lock, which fails at once with "database is locked" (measured: 5%
-    of eight simultaneous opens)."""
+    of eight simultaneous opens). `readers`: readers block it too (`_locked`)."""
     start = time.monotonic()
     deadline = start + busy_s
     stop_seen = False
@@ -782,7 +793,7 @@ def _in_attempts(
                 if not stop_seen and stopping.requested():
                     stop_seen, deadline = True, min(deadline, now + STOP_WAIT_S)
                 if now >= deadline:
-                    raise _locked(name, now - start, wanted) from None
+                    raise _locked(name, now - start, wanted, readers) from None
                 time.sleep(0.01)  # where SQLite did not wait, not a loop at full speed
     finally:
         cursor.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
@@ -809,7 +820,8 @@ def _sqlite_begin(conn: Connection, name: str, busy_s: float, read_only: bool = 
     statement = "BEGIN IMMEDIATE" if writes else READ_LOCK
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        if writes and info.get(ROLLBACK) and not read_only:
+        keep = conn.get_execution_options().get(KEEP_MODE, False)
+        if writes and info.get(ROLLBACK) and not read_only and not keep:
             # A writer's first write switches the store to WAL (outside a transaction, as
             # SQLite requires), so that readers never block it; a new file is made in WAL
             # mode so. Switching upgrades a read lock to a write lock, which fails at once
@@ -817,7 +829,7 @@ def _sqlite_begin(conn: Connection, name: str, busy_s: float, read_only: bool = 
             switch = "PRAGMA journal_mode=WAL"
             # Through SQLAlchemy: an error (a read-only file) is the one line of a write's.
             mode = _in_attempts(
-                lambda: conn.exec_driver_sql(switch).scalar(), cursor, name, busy_s, WRITE
+                lambda: conn.exec_driver_sql(switch).scalar(), cursor, name, busy_s, WRITE, True
             )
             _note_mode(info, mode)
         _in_attempts(
@@ -889,12 +901,22 @@ def _pg_write(
         control.close()
 
 
-def _locked(name: str, waited_s: float, wanted: str = WRITE) -> StoreLocked:
+def _locked(name: str, waited_s: float, wanted: str = WRITE, readers: bool = False) -> StoreLocked:
+    """A SQLite store held by another process past the busy timeout. `readers`: what waited
+    was a write to a store in rollback-journal mode (its switch to WAL), which waits for every
+    transaction, a read's too: the line said a write transaction was open where only a
+    `sqlite3` shell's read was."""
+    holds = (
+        "a program (another dlperf command, a sqlite3 shell, a database browser) holds a "
+        "transaction open on it, reading or writing (in rollback-journal mode, which this "
+        "store is in, a write waits for its readers too)"
+        if readers
+        else "a program holds a write transaction open on it (another dlperf command, a "
+        "sqlite3 shell, a database browser)"
+    )
     return StoreLocked(
         f"run store {name} is locked by another process: waited {waited_s:.0f} s {wanted}",
-        "a program holds a write transaction open on it (another dlperf command, a sqlite3 "
-        "shell, a database browser): let it end, then try again; ?timeout=SECONDS on a "
-        "sqlite:/// URL waits longer",
+        f"{holds}: let it end, then try again; ?timeout=SECONDS on a sqlite:/// URL waits longer",
     )
 
 
@@ -2116,7 +2138,8 @@ class RunStore:
     ) -> RunStore:
         """`open`'s store on the engine it made: checked, migrated, with its listeners."""
         sqlite = where is not None
-        read_only = False
+        read_only = sqlite and parsed.query.get("mode") == "ro"
+        writing = (create if writes is None else writes) and not read_only
         if not sqlite:
             # psycopg warns of a connection it could not close cleanly ("error ignored
             # terminating <psycopg.Pipeline ...>") when a server goes mid-run, before dlperf's
@@ -2125,8 +2148,10 @@ class RunStore:
             if psycopg.getEffectiveLevel() < logging.ERROR:
                 psycopg.setLevel(logging.ERROR)
         if where is not None:
-            read_only = parsed.query.get("mode") == "ro"
-            engine = _sqlite_engine(engine, name, where, read_only)
+            # A reader's file read as immutable: its connections neither write it nor leave a
+            # file beside it.
+            immutable = not writing and not read_only and frozen(where)
+            engine = _sqlite_engine(engine, name, where, read_only, immutable)
             # A file missing or empty: opening it would write a header.
             path = integrity.store_file(engine)
             missing = path is not None and (not path.exists() or path.stat().st_size == 0)
@@ -2135,9 +2160,10 @@ class RunStore:
                 there = path.exists()
                 what = "is an empty file" if there else "does not exist"
                 return cls._empty(_absent(_name(engine), what, read_only), absent(str(path), what))
-            if not read_only and not missing:  # before a connection switches it to WAL
+            # Before a connection switches it to WAL. Not of a file read as immutable: nothing
+            # switches it, and the check's own connection (mode=ro) left a -wal and a -shm.
+            if not read_only and not missing and not immutable:
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed), read_begun)
-        writing = (create if writes is None else writes) and not read_only
         session: _Session | None = None
         try:
             if parsed.get_backend_name() == "postgresql":
@@ -2145,7 +2171,9 @@ class RunStore:
                 if writing:  # before a new store's tables are made in it
                     _encoding_checked(session, parsed, name)
             integrity.check(engine)
-            writer = engine.execution_options(**{WRITES: True})
+            # A reader upgrades an older store too (the first command to open it does), but
+            # leaves its journal mode: the next command that writes switches it to WAL.
+            writer = engine.execution_options(**{WRITES: True, KEEP_MODE: not writing})
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
             if session is not None and writing and store_id is not None:  # PostgreSQL's
                 _pg_ids_past_rows(writer)
@@ -2232,6 +2260,7 @@ class RunStore:
                 _name(self.engine),
                 busy_s,
                 WRITE,
+                readers=True,  # a store in WAL mode already is switched without a wait
             )
         keeper.execute("SELECT count(*) FROM meta").fetchall()  # opens the WAL, held from now
         self._keeper = keeper
