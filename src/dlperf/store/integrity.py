@@ -237,21 +237,6 @@ def check(engine: Engine) -> None:
     _damaged.pop(path, None)  # a file put back in its place (restored from a backup)
 
 
-def refuse_without_runs(engine: Engine) -> None:
-    """Refuse as damaged a SQLite store at the current version without `runs` (dlperf's `meta`
-    rows alone: the table dropped by hand, or the rows copied into another file), as a writer
-    opens it. A reader's first query meets it so; a writer's first write would switch the
-    file to WAL before its statement did, writing a file refused as one dlperf never writes."""
-    path = store_file(engine)
-    if path is None:
-        return
-    query = "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = 'runs'"
-    with engine.connect() as conn:
-        found = conn.exec_driver_sql(query).first()
-    if found is None:
-        raise damaged(path, "no such table: runs; its tables are not as dlperf made them")
-
-
 def missing_table(engine: Engine, table: str) -> UserError:
     """The one line for a store at the current version without dlperf's table `table`
     (dropped by hand), in the words its first query to meet it gives on its backend; a

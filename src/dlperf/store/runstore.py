@@ -2177,8 +2177,6 @@ class RunStore:
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
             if session is not None and writing and store_id is not None:  # PostgreSQL's
                 _pg_ids_past_rows(writer)
-            if sqlite and writing and store_id is not None:  # before its first write
-                integrity.refuse_without_runs(engine)
             integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             no_room = _no_room(e, engine)
