@@ -294,7 +294,7 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
         if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
             # The common case: a current store, only read.
             _refuse_bad_id(facts[STORE_ID], where, sqlite)
-            _refuse_missing(reader, conn, tables)
+            _refuse_missing(conn, tables)
             return facts[STORE_ID]
         # Refused before any lock, in the order `refuse_foreign_file` refuses a SQLite file:
         # its version, then tables that are not dlperf's, then its id. A PostgreSQL schema
@@ -336,7 +336,16 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
         return store_id
 
 
-def _refuse_missing(engine: Engine, conn: Connection, tables: set[str]) -> None:
+class MissingTable(Exception):
+    """A current store without dlperf's table `table` (dropped by hand): told by the store's
+    opener in the words of its backend (integrity.missing_table), which imports this module."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(table)
+        self.table = table
+
+
+def _refuse_missing(conn: Connection, tables: set[str]) -> None:
     """Refuse a current store without one of dlperf's tables (dropped by hand), whatever the
     command: readers and writers alike, as it opens. Before, only a command whose query met
     the table refused it (`runs show` called a store without `metrics` damaged, "dlperf
@@ -350,12 +359,9 @@ def _refuse_missing(engine: Engine, conn: Connection, tables: set[str]) -> None:
     # ("runs is a view, not a table"), not as a table dropped
     missing -= set(inspect(conn).get_view_names())
     if missing:
-        from dlperf.store import integrity  # imported here: integrity imports this module
-
         # One named, as SQLite's and PostgreSQL's own errors name one: `runs` first, without
         # which nothing there is a store's.
-        first = "runs" if "runs" in missing else min(missing)
-        raise integrity.missing_table(engine, first)
+        raise MissingTable("runs" if "runs" in missing else min(missing))
 
 
 def _refuse_bad_id(store_id: str, where: str, sqlite: bool) -> None:

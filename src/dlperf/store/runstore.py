@@ -81,6 +81,7 @@ from dlperf.parsing import finite_json, printable_key, printable_keys, subscript
 from dlperf.paths import error_line, no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, stopped, this_process
 from dlperf.store import integrity, migrations
+from dlperf.store.files import frozen
 from dlperf.store.query import (
     ABSENT,
     DELETING_TAG,
@@ -92,7 +93,6 @@ from dlperf.store.query import (
     stale_mark,
     that_stores,
 )
-from dlperf.store.reading import frozen
 from dlperf.store.record import RUNNING, STATUSES, RunRecord, place_named, read_place
 from dlperf.store.schema import (
     COPY_DIR,
@@ -716,7 +716,7 @@ def _sqlite_engine(
 ) -> Engine:
     """The engine of a SQLite store whose file is `where`. The driver ignores a URL's
     `?mode=ro` (with a warning) and writes: with `read_only` the file is opened read-only
-    indeed. `immutable` (a reader's, `reading.frozen`): read as on read-only media."""
+    indeed. `immutable` (a reader's, `files.frozen`): read as on read-only media."""
     if read_only or immutable:
         uri = f"file:{quote(str(where))}?mode=ro"
         if immutable or _on_read_only_media(where):
@@ -2178,6 +2178,8 @@ class RunStore:
             if session is not None and writing and store_id is not None:  # PostgreSQL's
                 _pg_ids_past_rows(writer)
             integrity.opened(engine)
+        except migrations.MissingTable as e:
+            raise integrity.missing_table(engine, e.table) from None
         except DatabaseError as e:  # also "file is not a database"
             no_room = _no_room(e, engine)
             if no_room:
