@@ -127,6 +127,16 @@ def _run(cli: Cli, tmp_path: Path, source: str) -> CliResult:
     return cli("run", str(tmp_path / "exp.toml"))
 
 
+def told_in_one_line(result: CliResult, store: RunStore, said: str) -> None:
+    """Run 1 failed in the one line `said` (its epoch lines aside), stored as its error."""
+    assert result.code == 1, result.err
+    assert "Traceback" not in result.err, result.err
+    failed = [line for line in result.err.splitlines() if not line.startswith("epoch ")]
+    assert failed == [f"run 1 failed: {said}"]
+    run = store.get_run(1)
+    assert (run.status, run.error) == ("failed", said)
+
+
 @pytest.mark.parametrize(
     ("source", "said"),
     [(IN_PLACE, IN_PLACE_SAID), (WIDER, WIDER_SAID), (RESHAPED, RESHAPED_SAID)],
@@ -135,13 +145,7 @@ def _run(cli: Cli, tmp_path: Path, source: str) -> CliResult:
 def test_a_failed_step_is_one_line(
     cli: Cli, tmp_path: Path, store: RunStore, source: str, said: str
 ) -> None:
-    result = _run(cli, tmp_path, source)
-    assert result.code == 1, result.err
-    assert "Traceback" not in result.err, result.err
-    failed = [line for line in result.err.splitlines() if not line.startswith("epoch ")]
-    assert failed == [f"run 1 failed: {said}"]
-    run = store.get_run(1)
-    assert (run.status, run.error) == ("failed", said)
+    told_in_one_line(_run(cli, tmp_path, source), store, said)
 
 
 def test_staleness_train_says_it_in_one_line(cli: Cli, tmp_path: Path) -> None:

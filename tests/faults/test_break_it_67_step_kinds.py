@@ -28,6 +28,7 @@ import pytest
 
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_66_step_errors import told_in_one_line
 
 Cli = Callable[..., CliResult]
 
@@ -136,13 +137,7 @@ def _write(tmp_path: Path, forward: str) -> Path:
 def test_a_failed_step_is_one_line_naming_its_cause(
     cli: Cli, tmp_path: Path, store: RunStore, forward: str, said: str
 ) -> None:
-    result = cli("run", str(_write(tmp_path, forward)))
-    assert result.code == 1, result.err
-    assert "Traceback" not in result.err, result.err
-    failed = [line for line in result.err.splitlines() if not line.startswith("epoch ")]
-    assert failed == [f"run 1 failed: {said}"]
-    run = store.get_run(1)
-    assert (run.status, run.error) == ("failed", said)
+    told_in_one_line(cli("run", str(_write(tmp_path, forward))), store, said)
 
 
 def test_staleness_train_says_the_type_error_in_one_line(cli: Cli, tmp_path: Path) -> None:
