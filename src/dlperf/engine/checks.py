@@ -850,16 +850,24 @@ def check_dense_gradients(model: nn.Module, cannot: str) -> None:
     or nn.EmbeddingBag made with sparse=True). dlperf's optimizers (weight decay; Adam and
     AdamW at all), gradient clipping and DDP assume dense ones, and would fail at the first
     step in a traceback; `cannot` starts the line."""
-    for name, p in model.named_parameters():
-        if p.grad is None or p.grad.layout == torch.strided:
-            continue
-        owner = model.get_submodule(name.rpartition(".")[0])
-        made = f" ({type(owner).__name__}(sparse=True))" if getattr(owner, "sparse", False) else ""
+    if (found := sparse_gradient(model)) is not None:
+        name, made = found
         raise UserError(
             f"{cannot}: its parameter {name} gets a sparse gradient{made}, which dlperf's "
             "optimizers, gradient clipping and DDP do not take",
             "use sparse=False",
         )
+
+
+def sparse_gradient(model: nn.Module) -> tuple[str, str] | None:
+    """The first parameter of `model` holding a sparse gradient, and what made it one where
+    its module says (" (Embedding(sparse=True))", else ""); None when every gradient is dense."""
+    for name, p in model.named_parameters():
+        if p.grad is not None and p.grad.layout != torch.strided:
+            owner = model.get_submodule(name.rpartition(".")[0])
+            sparse = getattr(owner, "sparse", False)
+            return name, f" ({type(owner).__name__}(sparse=True))" if sparse else ""
+    return None
 
 
 def check_batch_fits(batch_size: int, data: ImageData) -> None:

@@ -28,7 +28,15 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.analytic.counting import UNFED_HOOK, backward_hint
 from dlperf.config import RunConfig, TrainConfig
-from dlperf.engine.checks import IN_INIT, RETYPED, Held, Kept, first_line, refuse_compiling
+from dlperf.engine.checks import (
+    IN_INIT,
+    RETYPED,
+    Held,
+    Kept,
+    first_line,
+    refuse_compiling,
+    sparse_gradient,
+)
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.train_loop import StepError
 from dlperf.errors import UserError, error_text, interrupted, model_frames, out_of_memory
@@ -335,18 +343,12 @@ class TrainStep:
         nn.Embedding made sparse=True mid-run; torch's error then advises add(dense, sparse)),
         or a hyperparameter of the optimizer's param groups it set to a non-number (an lr of
         "fast": torch's TypeError names neither)."""
-        for name, p in self.model.named_parameters():
-            if p.grad is not None and p.grad.layout != torch.strided:
-                owner = self.model.get_submodule(name.rpartition(".")[0])
-                made = (
-                    f" ({type(owner).__name__}(sparse=True))"
-                    if getattr(owner, "sparse", False)
-                    else ""
-                )
-                return (
-                    f"its parameter {name} got a sparse gradient{made} during training, which "
-                    "dlperf's optimizers, gradient clipping and DDP do not take: use sparse=False"
-                )
+        if (sparse := sparse_gradient(self.model)) is not None:
+            name, made = sparse
+            return (
+                f"its parameter {name} got a sparse gradient{made} during training, which "
+                "dlperf's optimizers, gradient clipping and DDP do not take: use sparse=False"
+            )
         for group in self.optimizer.param_groups:
             for key, default in self.optimizer.defaults.items():
                 value = group.get(key)
