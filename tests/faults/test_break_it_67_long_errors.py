@@ -18,6 +18,7 @@ import pytest
 from dlperf.errors import error_text
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_66_sweep_frames import BASE  # the same short digits run
 
 Cli = Callable[..., CliResult]
 
@@ -38,20 +39,6 @@ class M(nn.Module):
         if self.n > 2:
             raise RuntimeError({HUGE})
         return self.l(self.f(x))
-"""
-BASE = """\
-[model]
-name = "m.py:M"
-[data]
-name = "digits"
-limit = 64
-[train]
-epochs = 2
-batch_size = 32
-[run]
-threads = 1
-warmup_steps = 1
-checkpoint = false
 """
 
 
