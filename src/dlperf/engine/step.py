@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -39,7 +38,14 @@ from dlperf.engine.checks import (
 )
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.train_loop import StepError
-from dlperf.errors import UserError, error_text, interrupted, model_frames, out_of_memory
+from dlperf.errors import (
+    UserError,
+    error_text,
+    innermost,
+    interrupted,
+    model_frames,
+    out_of_memory,
+)
 from dlperf.formatting import clip, few
 from dlperf.precision import autocast as precision_autocast
 
@@ -386,10 +392,8 @@ def _number(value: object) -> bool:
 def _raised_in_torch(e: BaseException) -> bool:
     """Whether `e` was raised in torch's own code (its innermost frame is torch's, as for its
     C++ errors, raised from the Python function that called in), not in dlperf's."""
-    frames = list(traceback.walk_tb(e.__traceback__))
-    if not frames:
-        return False
-    return frames[-1][0].f_code.co_filename.startswith(_TORCH_DIR)
+    tb = innermost(e)
+    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
