@@ -31,9 +31,30 @@ RESERVE = 32 * 2**10
 # small stack limit before must not fail now. Under about 190 KiB a deep model can still
 # crash the process; a normal one works, as before.
 FLOOR = 400
-# (the stack limit in KiB, the recursion limit it was lowered to) once `fit_recursion` lowered
-# it: the advice to raise the recursion limit would crash the process there.
-_lowered: tuple[int, int] | None = None
+
+
+def _soft() -> int | None:
+    """The soft stack limit in bytes; None where there is none (unlimited, or not POSIX)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no stack limit to read
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def holds() -> tuple[int, int] | None:
+    """(the stack limit in KiB, the Python frames it holds) where the soft stack limit is
+    under NEEDED, which `fit_recursion` could not raise it to (the hard limit caps it): a
+    recursion limit above those frames crashes the process (SIGSEGV, nothing said) before a
+    deep enough recursion reaches it. None where the limit is NEEDED or more, or none: Python's
+    own limits are sized for that stack, and no recursion limit is fitted to it. Measured under
+    `ulimit -s 1024` (holds 1587): `analyze` of a model nested 1,202 deep, its limit raised in
+    the model file, ended in a RecursionError up to 2,400 and crashed at 3,000."""
+    soft = _soft()
+    if soft is None or soft >= NEEDED:
+        return None
+    return soft // 1024, max(FLOOR, (soft - RESERVE) // FRAME_BYTES)
 
 
 def fit_recursion() -> None:
@@ -41,15 +62,14 @@ def fit_recursion() -> None:
     the main thread's stack up to the limit in force when it faults, so the raise covers this
     process's main thread, and the threads Python starts later get as much (threading's
     stack size; glibc sized its default from the limit at start-up). Where the hard limit is
-    under NEEDED too, lower Python's recursion limit in proportion to the stack there is, so
-    that a recursion too deep for it raises RecursionError instead of crashing."""
-    try:
-        import resource
-    except ImportError:  # not POSIX: no stack limit to read
+    under NEEDED too, lower Python's recursion limit to the frames the stack there `holds`,
+    so that a recursion too deep for it raises RecursionError instead of crashing."""
+    import resource  # `_soft` read it: POSIX
+
+    soft = _soft()
+    if soft is None or soft >= NEEDED:
         return
-    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    if soft == resource.RLIM_INFINITY or soft >= NEEDED:
-        return
+    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
     wanted = NEEDED if hard == resource.RLIM_INFINITY else min(hard, NEEDED)
     if wanted > soft:
         try:
@@ -57,26 +77,29 @@ def fit_recursion() -> None:
         except (ValueError, OSError):  # a container's seccomp policy: the limit stays
             pass
         else:
-            soft = wanted
             if threading.stack_size() == 0:  # not the user's own choice
                 threading.stack_size(wanted)
-    if soft >= NEEDED:
-        return
-    fitted = max(FLOOR, (soft - RESERVE) // FRAME_BYTES)
-    if fitted < sys.getrecursionlimit():
-        global _lowered
-        sys.setrecursionlimit(fitted)
-        _lowered = (soft // 1024, fitted)
+    held = holds()
+    if held is not None and held[1] < sys.getrecursionlimit():
+        sys.setrecursionlimit(held[1])
 
 
-def lowered() -> str | None:
-    """What a RecursionError's line says of the stack where `fit_recursion` lowered Python's
-    recursion limit to fit it (raising the recursion limit there crashes the process, the
-    stack limit must rise first); None where it did not."""
-    if _lowered is None:
+def too_small(frames: int) -> str | None:
+    """What stops a recursion limit of `frames` (a deep model needs) where the stack limit
+    cannot hold them (`holds`): raising the recursion limit alone there crashes the process
+    with nothing said (a model 1,202 deep under `ulimit -s 1024`, its limit raised to 9,000 as
+    the advice said), so the stack limit, in KiB as `ulimit -s` sets it, is named and the
+    value that holds them; None where the stack holds them, or is not fitted."""
+    held = holds()
+    if held is None or frames <= held[1]:
         return None
-    kib, limit = _lowered
+    kib, most = held
+    # As `holds` counts, rounded up to whole MiB, and never under the usual 8 MiB
+    enough = max(NEEDED, frames * FRAME_BYTES + RESERVE)
+    raise_to = -(-enough // 2**20) * 1024
     return (
-        f"ulimit -s {kib} is too low for a deeper recursion (it held Python's recursion "
-        f"limit to {limit}): raise it, e.g. ulimit -s 8192"
+        f"raise the stack limit first: ulimit -s {kib} (KiB) holds about {most} of Python's "
+        f"frames, and a recursion limit above that crashes the process; ulimit -s {raise_to} "
+        "or more (in a new shell: ulimit -s sets the hard limit too, which caps it), then in "
+        f"the model file: import sys; sys.setrecursionlimit({frames})"
     )

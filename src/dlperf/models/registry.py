@@ -915,14 +915,25 @@ def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
     Left lowered (`sys.setrecursionlimit(80)`), the next deep import of dlperf's (torch._dynamo,
     as the optimizer is built) failed in an 85-line RecursionError traceback, and an API
     caller's process kept the limit. A raised limit is kept, unsaid: a deep model's forward (or
-    a copy.deepcopy of it) may need it, and it takes nothing from dlperf."""
-    lowered = sys.getrecursionlimit()
-    if lowered >= limit:
+    a copy.deepcopy of it) may need it, and it takes nothing from dlperf; but not above what a
+    small stack limit holds (dlperf.stack), one note: there a deep model crashed the process
+    (SIGSEGV, nothing said) where it was otherwise one line of its nesting (`too_deep`)."""
+    now = sys.getrecursionlimit()
+    if now < limit:
+        sys.setrecursionlimit(limit)
+        return [
+            f"model file {path} lowered Python's recursion limit to {now} {when}; put back "
+            f"to {limit}, which dlperf's own code (torch's imports) needs"
+        ]
+    held = stack.holds()
+    if held is None or now <= max(held[1], limit):  # the limit before is the caller's own
         return []
-    sys.setrecursionlimit(limit)
+    kib, most = held
+    sys.setrecursionlimit(max(most, limit))
     return [
-        f"model file {path} lowered Python's recursion limit to {lowered} {when}; put back "
-        f"to {limit}, which dlperf's own code (torch's imports) needs"
+        f"model file {path} raised Python's recursion limit to {now} {when}, more than the "
+        f"stack limit, ulimit -s {kib} (KiB), holds; lowered to {max(most, limit)}, where a "
+        "deeper recursion is a RecursionError, not a crash (raise ulimit -s to keep it)"
     ]
 
 
@@ -1478,6 +1489,25 @@ class Unregistered:
 _MODULE_OWN = frozenset(vars(nn.Module()))
 
 
+def _own_tensors(model: nn.Module) -> set[int]:
+    """The ids of `model`'s parameters and buffers, those of model.parameters() and .buffers(),
+    walked without recursion, each module once: torch's walk (named_modules) recurses, and
+    `dlperf export` of a model nested 1,202 deep ended in its RecursionError traceback here,
+    before the dry forward that tells the nesting (`too_deep`)."""
+    own: set[int] = set()
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        own.update(id(t) for t in (*module._parameters.values(), *module._buffers.values()))
+        stack.extend(child for child in module._modules.values() if child is not None)
+    own.discard(id(None))  # an unset bias (bias=False) is a None in _parameters
+    return own
+
+
 def unregistered(model: nn.Module) -> list[Unregistered]:
     """The attributes of `model`'s modules that hold layers (nn.Module) or nn.Parameters in a
     plain list, tuple, set, dict or object (a namespace, a dataclass), at any depth, or as a
@@ -1487,7 +1517,7 @@ def unregistered(model: nn.Module) -> list[Unregistered]:
     counted as 0 params. A list of modules registered elsewhere too (`[self.a, self.b]`), of
     numbers, strings or tensors, and torch's own modules are not flagged. Walked without
     recursion, each module once (as `nesting`)."""
-    own = {id(t) for t in (*model.parameters(), *model.buffers())}
+    own = _own_tensors(model)
     found: list[Unregistered] = []
     counted: set[int] = set()  # a tensor held in two lists is left out once
     seen: set[int] = set()
@@ -1723,8 +1753,8 @@ def too_deep(model: nn.Module, what: str) -> UserError | None:
         return None
     # Room for its forward and backward, and for dlperf's own frames below them
     enough = -(-(SUGGESTED_FRAMES_PER_LEVEL * depth + 1000) // 1000) * 1000
-    # Under a small stack (dlperf.stack lowered the limit to fit it) a raised limit crashes
-    raise_it = stack.lowered() or (
+    # Under a stack limit too small for that many frames a raised limit crashes: it is named
+    raise_it = stack.too_small(enough) or (
         f"raise the limit in the model file: import sys; sys.setrecursionlimit({enough})"
     )
     return UserError(
