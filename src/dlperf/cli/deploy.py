@@ -182,7 +182,12 @@ def bench_cmd(
         "--torch",
         help="PyTorch contender: RUN_ID or registry name (default: the model the metadata names).",
     ),
-    batch: str = typer.Option(None, "--batch", help="Batch sizes, comma-separated (1,8,32)."),
+    batch: str = typer.Option(
+        None,
+        "--batch",
+        help="Batch sizes, comma-separated (default 1,8,32; a file exported without "
+        "--dynamic-batch: its one batch).",
+    ),
     threads: int = THREADS,
     repeats: int = typer.Option(None, "--repeats", help="Timed calls per contender and batch."),
     as_json: Json = False,
@@ -200,9 +205,14 @@ def bench_cmd(
 
     flags = {"torch": torch, "batch": batch, "threads": threads, "repeats": repeats}
     opts = load_job(InferJob, config, set_, infer=flags).infer
+    # Sizes given by --batch, --set or a config file; infer.batch's defaults are not asked for,
+    # and a file exported with a fixed batch is measured at that batch instead.
+    asked = "batch" in opts.model_fields_set
     with console.reporter() as rep:
-        contender = pytorch_contender(model, opts.torch, reader, rep, opts.batch)
-        result = bench(model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep)
+        contender = pytorch_contender(model, opts.torch, reader, rep, opts.batch, asked)
+        result = bench(
+            model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep, asked=asked
+        )
     if console.printed_json(as_json, result):
         return
     console.print_table(

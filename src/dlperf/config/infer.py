@@ -21,7 +21,8 @@ class InferConfig(Section):
     topk: Count = 5
     """Classes per image."""
     batch: Annotated[Points[Count], Field(min_length=1)] = [1, 8, 32]
-    """bench: batch sizes, one row each."""
+    """bench: batch sizes, one row each. Left unset, a file exported without --dynamic-batch
+    is measured at its one batch instead, with a note."""
     threads: Count | None = None
     """bench: intra-op threads of both contenders; None: all cores this process may use."""
     repeats: Count = 20

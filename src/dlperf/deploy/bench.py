@@ -42,9 +42,12 @@ def bench(
     repeats: int = 20,
     warmup: int = 3,
     reporter: Reporter | None = None,
+    asked: bool = True,
 ) -> dict[str, Any]:
     """Latency p50/p90/p99 (ms) and throughput per batch size and contender. Without
-    `torch_model` only ONNX Runtime is measured."""
+    `torch_model` only ONNX Runtime is measured. `asked` False: `batches` are defaults the
+    user did not ask for, and a file whose batch is fixed is measured at its batch alone,
+    with a note (`_fitted`)."""
     reporter = reporter or NullReporter()
     meta = meta_io.load(model_path)
     if not batches or min(batches) < 1:
@@ -53,7 +56,9 @@ def bench(
     # ONNX Runtime on the CPU, where the PyTorch contenders run, even with onnxruntime-gpu.
     session = runtime.session(model_path, n_threads, cpu=True)
     spec = session.get_inputs()[0]
-    _refuse_fixed(model_path, runtime.exported_batch(session), batches)
+    batches, note = _fitted(model_path, runtime.exported_batch(session), batches, asked)
+    if note is not None:
+        reporter.log(f"note: {note}")
     contenders: dict[str, nn.Module] = {}
     if torch_model is not None:
         contenders["torch eager"] = torch_model.eval()
@@ -97,23 +102,45 @@ def bench(
                     "ort_speedup": spread.median / spreads[ORT].median,
                 }
             )
-    return {
+    result = {
         "model": str(model_path),
         "threads": n_threads,
         "repeats": repeats,
         "warmup": warmup,
         "rows": rows,
     }
+    return result if note is None else result | {"note": note}
 
 
-def _refuse_fixed(model_path: Path, fixed: int | None, batches: Sequence[int]) -> None:
-    """Refuse batch sizes other than the one `model_path`'s graph is fixed at (`fixed`; None
-    where its batch is dynamic)."""
-    if fixed is not None and any(b != fixed for b in batches):
+def _fitted(
+    model_path: Path, fixed: int | None, batches: Sequence[int], asked: bool
+) -> tuple[list[int], str | None]:
+    """The batch sizes to measure `model_path` at (its graph's batch is `fixed`; None where
+    it is dynamic) and a note where they are not `batches`. Sizes the file cannot take are
+    refused where they were `asked` for, and otherwise (infer.batch's defaults, 1, 8 and 32)
+    replaced by its own batch: `dlperf export`'s default file has a fixed batch of 1, and
+    `infer bench` of it with its defaults was refused, though no batch size was asked for."""
+    others = [b for b in batches if b != fixed]
+    if fixed is None or not others:
+        return list(batches), None
+    file = one_line(str(model_path))
+    if asked:
         raise UserError(
-            f"{model_path} was exported with a fixed batch of {fixed}",
-            "export it again with --dynamic-batch to measure other batch sizes",
+            f"{file} was exported with a fixed batch of {fixed} and cannot be measured at "
+            f"batch {_listed(others, 'or')}",
+            f"measure it with --batch {fixed}, or export it again with --dynamic-batch to "
+            "measure other batch sizes",
         )
+    return [fixed], (
+        f"{file} was exported with a fixed batch of {fixed}: measured at that batch alone "
+        f"(export it again with --dynamic-batch to measure batch {_listed(batches, 'and')})"
+    )
+
+
+def _listed(sizes: Sequence[int], word: str) -> str:
+    """[1, 8, 32] as "1, 8 and 32" (`word` "and") or "1, 8 or 32"."""
+    head = ", ".join(map(str, sizes[:-1]))
+    return f"{head} {word} {sizes[-1]}" if head else str(sizes[-1])
 
 
 def _graphs_batch(graph: Any) -> int | None:
@@ -131,13 +158,14 @@ def pytorch_contender(
     open_store: Callable[[], RunStore],
     reporter: Reporter | None = None,
     batches: Sequence[int] | None = None,
+    asked: bool = True,
 ) -> nn.Module | None:
     """The PyTorch model to race: `spec` (RUN_ID or registry name), else the one the
     metadata names: its run when the store has it, else the registry model with random
     weights (the same architecture runs at the same speed), built with the model.kwargs the
-    metadata records. None when neither can be built. `batches`, those `bench` will be
-    given, are refused first where the file's batch is fixed at another, as `bench` refuses
-    them: before any model is built (a model file's torch.compile wrote its log line first)."""
+    metadata records. None when neither can be built. `batches` and `asked`, those `bench`
+    will be given, are refused first where `bench` refuses them (`_fitted`): before any model
+    is built (a model file's torch.compile wrote its log line first)."""
     import onnx
 
     reporter = reporter or NullReporter()
@@ -146,7 +174,7 @@ def pytorch_contender(
     meta = meta_io.load(model_path, weights=False)
     graph = onnx.load(str(model_path), load_external_data=False).graph
     if batches is not None:
-        _refuse_fixed(model_path, _graphs_batch(graph), batches)
+        _fitted(model_path, _graphs_batch(graph), batches, asked)
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
     if spec is None:
         source = _from_meta(model_path, meta, graph, classes, open_store, reporter)
