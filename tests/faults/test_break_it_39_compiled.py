@@ -144,10 +144,11 @@ def test_c3_infer_bench_refuses_a_fixed_batch_before_building_the_model(
     compiled, _, builds = _files(tmp_path)
     assert cli("export", compiled, "--input", "1,8,8", "--out", "c.onnx").code == 0
     builds.unlink()
-    result = cli("infer", "bench", "c.onnx")
+    result = cli("infer", "bench", "c.onnx", "--batch", "1,8")
     assert result.code == 2
     assert result.err.splitlines() == [
-        "error: c.onnx was exported with a fixed batch of 1 (export it again with "
-        "--dynamic-batch to measure other batch sizes)"
+        "error: c.onnx was exported with a fixed batch of 1 and cannot be measured at batch 8 "
+        "(measure it with --batch 1, or export it again with --dynamic-batch to measure other "
+        "batch sizes)"
     ], result.err
     assert not builds.exists()  # neither built nor compiled: the file's batch came first
