@@ -1582,19 +1582,25 @@ def _stand_in(store: RunStore) -> bool:
 def _store_url(url: str | os.PathLike[str] | None, named: str = "store") -> str:
     """The store a caller names, as RunStore.open takes it: "" for the default (./dlperf.db,
     or $DLPERF_DB). `named`: the argument that gave it, as its errors name it."""
-    from dlperf.store.urls import missing_slashes
+    from dlperf.store.urls import masked_url, missing_slashes
 
     path = os.fspath(url) if isinstance(url, os.PathLike) else url
     if path is not None and not isinstance(path, str):
+        given: object = url  # bytes too: a URL's password as *** (masked_url), as in str
+        if isinstance(given, bytes | bytearray):
+            text = masked_url(given.decode(errors="surrogateescape"))
+            given = type(given)(text.encode(errors="surrogateescape"))
         raise UserError(
-            f"a store is a path or a SQLAlchemy URL, got {as_given(url, typed=True)}",
+            f"a store is a path or a SQLAlchemy URL, got {as_given(given, typed=True)}",
             "e.g. 'runs.db' or 'sqlite:///runs.db'",
         )
     if path is not None and "\x00" in path:
         # Only Python can pass one (argv and the environment cannot hold it): it failed as
-        # posixpath's "embedded null byte", deep inside the resolving of the path.
+        # posixpath's "embedded null byte", deep inside the resolving of the path. Quoted as
+        # every store line quotes a URL, its password as *** (docs/run.md).
         raise UserError(
-            f"{named} holds a NUL character (\\x00), which no file's path can: {as_given(path)}"
+            f"{named} holds a NUL character (\\x00), which no path or URL can hold: "
+            f"{as_given(masked_url(path))}"
         )
     if isinstance(url, os.PathLike) and missing_slashes(path or ""):
         # A Path is a file, never a URL missing its `//` (which a str `sqlite:x.db` is taken

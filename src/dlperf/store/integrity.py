@@ -78,9 +78,12 @@ ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
 _damaged: dict[Path, str] = {}  # stores this process found damaged, and how: never written
 _opened: set[Path] = set()  # store files this process opened as SQLite databases
-# The file of each SQLite engine's pool (an engine and its execution_options copies share it),
-# resolved once, as the store opened: a relative path resolved later meets a working directory
-# removed or changed since (a FileNotFoundError traceback, or another directory's file).
+# The file of each SQLite engine, resolved once, as the store opened (`keep_file`): a relative
+# path resolved later meets a working directory removed or changed since (a FileNotFoundError
+# traceback, or another directory's file). Kept by the engine's dialect, which its
+# execution_options copies share and `Engine.dispose` keeps: kept by its pool, which a dispose
+# replaces, the file was resolved again after a store object's finalizer disposed its engine,
+# and at exit `runstore._close_open` printed that traceback, its working directory deleted.
 _files: weakref.WeakKeyDictionary[Any, Path] = weakref.WeakKeyDictionary()
 
 
@@ -91,15 +94,15 @@ def store_file(engine: Engine) -> Path | None:
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         return None
-    path = _files.get(engine.pool)
-    if path is None:
-        path = _files[engine.pool] = Path(database).resolve()
+    path = _files.get(engine.dialect)
+    if path is None:  # an engine no store opened (`keep_file`): resolved now, once
+        path = _files[engine.dialect] = Path(database).resolve()
     return path
 
 
-def same_file(engine: Engine, path: Path) -> None:
-    """Keep `path` as the file of `engine`'s new pool (`Engine.dispose` makes one)."""
-    _files[engine.pool] = path
+def keep_file(engine: Engine, path: Path) -> None:
+    """Note `path`, resolved as the store opened, as the file of the SQLite `engine`."""
+    _files[engine.dialect] = path
 
 
 def damaged(path: Path, detail: str) -> UserError:

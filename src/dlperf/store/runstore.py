@@ -724,8 +724,11 @@ def _sqlite_engine(
         engine = create_engine(
             engine.url,
             creator=lambda: sqlite3.connect(uri, uri=True),
-            json_deserializer=functools.partial(_stored_json, engine.url.database),
+            json_deserializer=functools.partial(_stored_json, where),
         )
+    # The file as `_sqlite_checked` resolved it, kept: never resolved again (the store's close
+    # at exit, after a working directory was deleted, printed a FileNotFoundError traceback).
+    integrity.keep_file(engine, where)
     busy_s = _busy_timeout_s(engine.url)
     pragmas = functools.partial(_sqlite_pragmas, name=name, busy_s=busy_s, read_only=read_only)
     event.listen(engine, "connect", pragmas)
@@ -746,7 +749,7 @@ def _on_read_only_media(where: Path) -> bool:
     return not any(p.exists() for p in beside) and not os.access(where.parent, os.W_OK)
 
 
-def _stored_json(database: str | None, text: str) -> Any:
+def _stored_json(where: Path, text: str) -> Any:
     """A SQLite store's JSON column as read: text that is not JSON, or JSON that is not an
     object (set by hand), is the one line naming the run, not a JSONDecodeError's traceback
     or an AttributeError of a list read as a dict. (PostgreSQL's json type refuses text that
@@ -755,7 +758,7 @@ def _stored_json(database: str | None, text: str) -> Any:
         found = json.loads(text)
         if found is None or isinstance(found, dict):
             return found
-    raise integrity.garbled_json(Path(database or "").resolve())
+    raise integrity.garbled_json(where)  # resolved at open: the directory may be gone
 
 
 def _in_attempts(
@@ -943,8 +946,8 @@ def _no_room(e: DatabaseError, engine: Engine) -> OSError | None:
     number = errno.ENOSPC if code == integrity.SQLITE_FULL or _pg_state(e) == PG_DISK_FULL else None
     # SQLite reports a full disk met while growing its -shm or -wal file, and any write a file
     # size limit refuses (EFBIG), as an I/O error.
-    if code == integrity.SQLITE_IOERR and where not in ("", ":memory:"):
-        path = Path(where).resolve()
+    path = integrity.store_file(engine) if code == integrity.SQLITE_IOERR else None
+    if path is not None:  # a file's store (not one in memory), as it was resolved at open
         if integrity.nearly_full(path):
             number = errno.ENOSPC
         elif size_limited(path):
@@ -1968,11 +1971,8 @@ _INHERITED: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 def _forget_inherited() -> None:
     for engine in list(_INHERITED):
-        path = integrity.store_file(engine)  # resolved at open: not in today's directory
         with contextlib.suppress(Exception):  # as `_dispose`: nothing to say it to
             engine.dispose(close=False)
-        if path is not None:
-            integrity.same_file(engine, path)
 
 
 os.register_at_fork(after_in_child=_forget_inherited)
@@ -2106,9 +2106,9 @@ class RunStore:
             engine = (
                 create_engine(
                     parsed.difference_update_query(["mode"]),
-                    json_deserializer=functools.partial(_stored_json, parsed.database),
+                    json_deserializer=functools.partial(_stored_json, where),
                 )
-                if sqlite
+                if where is not None
                 else _server_engine(parsed, name)
             )
         except ModuleNotFoundError as e:  # the URL's driver
@@ -2296,11 +2296,8 @@ class RunStore:
     def release(self) -> None:
         """Close the pooled connections, which a database's connection limit counts; the
         store stays usable (a later read connects anew, to the same file: a relative path is
-        not resolved again in a working directory changed or removed since)."""
-        path = integrity.store_file(self.engine)
+        not resolved again in a working directory changed or removed since, `keep_file`)."""
         dispose(self.engine)
-        if path is not None:
-            integrity.same_file(self.engine, path)
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
         """Where this store's new runs keep their files under `out_dir`: one directory per
