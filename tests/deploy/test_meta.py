@@ -88,3 +88,18 @@ def test_a_fifo_is_refused_without_being_opened(tmp_path: Path) -> None:
     os.mkfifo(fifo)  # opening it would block for ever: the refusal must come from stat
     with pytest.raises(UserError, match=r"pipe.onnx is not a regular file \(.*\) \(give an ONNX"):
         meta.find(fifo)
+
+
+def test_a_run_id_given_for_the_file_is_told_to_export_it_first(tmp_path: Path) -> None:
+    """`dlperf infer bench 1` said "no model file 1" alone: a bare number is a run id, and the
+    line now names the export that writes its file (round 68)."""
+    os.chdir(tmp_path)
+    with pytest.raises(UserError) as refused:
+        meta.find(Path("1"))
+    assert str(refused.value) == (
+        "no model file 1 (it takes an ONNX file, not a run id: "
+        "`dlperf export 1 --out m.onnx` writes run 1's)"
+    )
+    with pytest.raises(UserError) as named:
+        meta.find(Path("m1.onnx"))
+    assert named.value.hint is None

@@ -154,6 +154,17 @@ def load(model_path: Path, weights: bool = True) -> ModelMeta:
     return found
 
 
+def _missing_hint(model_path: Path) -> str | None:
+    """A bare number is most likely a run id: these commands take the file `dlperf export`
+    writes of a run, not the run itself."""
+    if not str(model_path).isdigit():
+        return None
+    return (
+        f"it takes an ONNX file, not a run id: `dlperf export {model_path} --out m.onnx` "
+        f"writes run {model_path}'s"
+    )
+
+
 def find(model_path: Path, weights: bool = True) -> ModelMeta | None:
     """The metadata of an exported model as `load` reads it, or None for an ONNX file
     without any (one that `dlperf export` did not write)."""
@@ -161,7 +172,7 @@ def find(model_path: Path, weights: bool = True) -> ModelMeta | None:
 
     regular_file(model_path, "give an ONNX file (`dlperf export` writes one)")
     if not model_path.is_file():
-        raise UserError(f"no model file {model_path}")
+        raise UserError(f"no model file {model_path}", _missing_hint(model_path))
     try:
         proto = onnx.load(str(model_path), load_external_data=False)
     except Exception as e:  # onnx raises DecodeError and others for a non-ONNX file
