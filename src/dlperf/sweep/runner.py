@@ -185,6 +185,12 @@ def finished_runs(
     return found
 
 
+def whole(store: RunStore, study_id: int, free_threads: bool, keys: list[str | None]) -> bool:
+    """Whether every point of the sweep (its `keys`) has a run stored finished in the study."""
+    done = finished_runs(store, study_id, free_threads)
+    return all(key is not None and key in done for key in keys)
+
+
 def _own_run(store: RunStore, exp: Experiment, study_id: int, since: int) -> RunRecord | None:
     """The run this sweep started for `exp`: of the study, newer than `since`, same hash."""
     digest = exp.config_hash()
@@ -617,10 +623,27 @@ def run_sweep(
         f"sweep {sweep.name!r}, study {study_id}: {len(sweep.points)} points, "
         f"{len(sweep.points) - len(todo)} finished before, {len(todo)} to run"
     )
-    if jobs == 1:
-        state.run_here(todo)
+    try:
+        if jobs == 1:
+            state.run_here(todo)
+        else:
+            state.run_parallel(todo, jobs)
+    except KeyboardInterrupt:
+        # A stop as the last point's run was stored finished (its "finished" line said, or a
+        # worker that stored it in the stop's grace): nothing is left to run, and the line
+        # "continue it ... --resume" would name a study whole. Ranked, as `run` ends a run
+        # the stop found finished (exit 0 and its result).
+        with stopping.spared():  # store reads, as `run`'s after a stop: a second stop ends them
+            if not whole(store, study_id, free, keys):
+                raise
+            stopping.settle()
     else:
-        state.run_parallel(todo, jobs)
+        # Every point stored finished: the study's outcome is decided, and one stop from here
+        # (as it is ranked, its figures drawn) does not unsay it, as `run`'s stored run exits
+        # 0; a second ends what is left, 128 + the first (it exited 130 with "continue it").
+        with stopping.shielded():
+            if whole(store, study_id, free, keys):
+                stopping.settle()
     # Read again: the points another sweep of the study held, or finished, while this one
     # ran are ranked with the rest (each sweep ranked only its own, and named a winner that
     # was not the study's best).
