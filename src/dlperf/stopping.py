@@ -43,7 +43,9 @@ same way wherever they land.
 - An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
   Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the
-  stop's consequence, and is not printed either.
+  stop's consequence, and is not printed either. A thread that died setting itself up (a
+  MemoryError under `ulimit -v`) is reported there too: its `Thread.start()`, which waited
+  for it for ever, returns, the thread not alive.
 - A command that settles its outcome before it ends (`run` once its run is stored finished,
   `runs export` once the export is in place) ignores a stop signal from then on: its exit
   code is the outcome's. A second one ends what is left (the output), exit 128 + the first,
@@ -70,7 +72,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
-from types import FrameType, TracebackType
+from types import FrameType, MethodType, TracebackType
 from typing import NoReturn
 
 # getattr: a platform without SIGHUP or SIGXCPU (Windows) has the other two.
@@ -237,8 +239,14 @@ def _unraisable(report: sys.UnraisableHookArgs) -> None:
     `errors.interrupted` takes errors raised since: a DataLoader iterator's, whose workers
     died of the group's signal or whose `__init__` the stop cut ("Exception ignored in
     _MultiProcessingDataLoaderIter.__del__" and torch's traceback after the stop's line). It
-    is dropped; with no stop requested, every report is passed on as before."""
-    main = threading.current_thread() is threading.main_thread()  # where signals raise
+    is dropped; with no stop requested, every report is passed on as before.
+
+    It makes next to nothing of its own (the thread's id): a thread whose start-up failed (a
+    MemoryError under `ulimit -v`) is reported from that thread, unregistered by then, where
+    `threading.current_thread()` made a dummy Thread, and its MemoryError replaced the report
+    with "Exception ignored in sys.unraisablehook: <function _unraisable ...>"."""
+    _started_dead(report.object)
+    main = threading.get_ident() == threading.main_thread().ident  # where signals raise
     if not isinstance(report.exc_value, KeyboardInterrupt):
         if not requested():
             _next_hook(report)
@@ -251,6 +259,25 @@ def _unraisable(report: sys.UnraisableHookArgs) -> None:
         sys.setprofile(_redeliver)
     else:  # a profiler's (cProfile's) own: the stop waits for the next shielded block's end
         _state.pending = True
+
+
+def _started_dead(started: object) -> None:
+    """A thread whose start-up failed before it said it had started (its bootstrap's lock or
+    registration, a MemoryError under `ulimit -v`) is reported from that thread as it ends,
+    `started` its bootstrap; `Thread.start()` in its starter waited for that word for ever
+    (CPython's own wait), and `serve` hung with no line. The word is given, the thread marked
+    stopped: `start()` returns, and the thread reads as not alive, which its starter can see."""
+    # A plain type check first: the reported object's own attributes may run its code.
+    if not isinstance(started, MethodType):
+        return
+    thread = started.__self__
+    if not isinstance(thread, threading.Thread) or hasattr(thread, "_handle"):
+        return  # not a thread's bootstrap, or Python 3.13's threads (their own wait)
+    bootstrap = getattr(threading.Thread, "_bootstrap")  # noqa: B009 - private, untyped
+    said: threading.Event = getattr(thread, "_started")  # noqa: B009
+    if started.__func__ is bootstrap and not said.is_set():
+        setattr(thread, "_is_stopped", True)  # noqa: B010 - is_alive() reads it first
+        said.set()
 
 
 def _redeliver(frame: FrameType, event: str, arg: object) -> None:
