@@ -1345,15 +1345,67 @@ def _role(module: nn.Module) -> str:
     return next((role for kind, role in ROLES if issubclass(cls, kind)), "other")
 
 
+def named_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """model.named_modules() walked without recursion: each module once, in its order (a
+    module, then its children's), under its first name. torch's walk recurses, a few frames a
+    level, so a model nested 1,202 deep ran out of Python's recursion limit in it, a traceback
+    before the forward that tells the nesting (`refuse_too_deep`)."""
+    seen: set[int] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    while stack:
+        where, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield where, module
+        children = [(n, m) for n, m in module._modules.items() if m is not None]
+        stack.extend((f"{where}.{n}" if where else n, m) for n, m in reversed(children))
+
+
+def named_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """model.named_parameters() walked without recursion (`named_modules`): each parameter
+    once, under its first name."""
+    seen: set[int] = set()
+    for where, module in named_modules(model):
+        for name, p in module._parameters.items():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                yield (f"{where}.{name}" if where else name), p
+
+
+def _switch(model: nn.Module, train: bool) -> None:
+    """model.train(train), as nn.Module's switches a module and calls train(mode) on each child,
+    without its recursion (a model nested 1,202 deep ran out of Python's recursion limit in
+    it): a module that keeps nn.Module's train() is switched here and its children after it;
+    one that overrides train() is called, and its override switches its own."""
+    stack = [model]
+    seen: set[int] = set()
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        # Looked up on the module: torch.export's GraphModule sets a train() of its own on it
+        if getattr(module.train, "__func__", None) is not nn.Module.train:
+            module.train(train)
+            continue
+        module.training = train
+        stack.extend(child for child in module._modules.values() if child is not None)
+
+
 def switch_mode(model: nn.Module, train: bool, command: str) -> None:
     """`model.train(train)`; a model that cannot switch (a torch.export GraphModule, whose
     train() raises NotImplementedError, or an override `def train(self)` taking no mode) is
     one line naming the fix, while an exception the model's own code raises goes on as it
     is, to be told with the model's frames. A model that train(False) leaves with a module in
     training mode (an override ignoring the mode) is refused: it would be counted, dry-checked
-    and, in a run, validated and tested with dropout on, silently (`refuse_still_training`)."""
+    and, in a run, validated and tested with dropout on, silently (`refuse_still_training`).
+    A RecursionError (an override's own recursive switch of a deep model) goes on as it is,
+    for the caller to tell as the model's nesting (`refuse_too_deep`), not as its train()'s."""
     try:
-        model.train(train)
+        _switch(model, train)
+    except RecursionError:
+        raise
     except Exception as e:
         if raised_by_model(e):
             raise
@@ -1386,7 +1438,7 @@ def refuse_still_training(model: nn.Module) -> None:
     first in the model's order (the highest, whose train() override is the likely cause).
     Only eval mode is checked: a train(True) that keeps a frozen module in eval mode (a frozen
     backbone's batch norm) is a sound way to train."""
-    on = [(where, m) for where, m in model.named_modules() if m.training]
+    on = [(where, m) for where, m in named_modules(model) if m.training]
     if not on:
         return
     where, module = on[0]
@@ -2235,7 +2287,7 @@ def other_dtype(model: nn.Module, fed: torch.dtype) -> tuple[str, str] | None:
     ("float64") and how they are named in a refusal ("parameters", or the first of them where
     some are of `fed`); None where all are of `fed`. analyze's and run's refusals alike."""
     floating = [
-        (n, p) for n, p in model.named_parameters() if p.is_floating_point() or p.is_complex()
+        (n, p) for n, p in named_parameters(model) if p.is_floating_point() or p.is_complex()
     ]
     other = [(n, p) for n, p in floating if p.dtype != fed]
     if not other:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from dlperf import contention
-from dlperf.analytic.counting import QUANTIZED, other_dtype
+from dlperf.analytic.counting import QUANTIZED, named_parameters, other_dtype
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
@@ -341,8 +341,10 @@ def not_float32(
     error blamed the images. None otherwise: a model of mixed dtypes may fail for its shapes.
     `precision` (run.precision) is the run's: one in half precision already is told that it
     casts the model, not to be set; None (export, which does not train) says neither."""
-    # Complex ones too: a complex64 weight beside float32 ones was blamed on the images.
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point() or p.is_complex()}
+    # Complex ones too: a complex64 weight beside float32 ones was blamed on the images. Walked
+    # without recursion: called on a failed forward, which may be a model nested too deep for it
+    params = (p for _, p in named_parameters(model))
+    dtypes = {p.dtype for p in params if p.is_floating_point() or p.is_complex()}
     if not dtypes:
         return None
     if torch.float32 in dtypes:
