@@ -74,14 +74,16 @@ def test_the_report_of_a_thread_that_died_starting_is_passed_on_with_no_memory(
 
 @pytest.mark.timeout(60)  # before: serve hung in its decoder's Thread.start() until this
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the thread's
+@pytest.mark.parametrize("thread", ["decode", "inference", "serve-log"])
 def test_a_server_thread_that_dies_starting_is_the_servers_one_line(
-    cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread: str
 ) -> None:
+    """Each of the server's own threads: the decoders', the batcher's and the log writer's."""
     model = tiny_classifier(tmp_path / "tiny.onnx")
     real = threading.Thread._set_tstate_lock  # type: ignore[attr-defined]
 
     def short_of_memory(self: threading.Thread) -> None:
-        if self.name.startswith("decode"):  # as its start-up's allocation failed under a cap
+        if self.name.startswith(thread):  # as its start-up's allocation failed under a cap
             raise MemoryError
         real(self)
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from dlperf.errors import NoThreads, out_of_threads, threads_limit
+from dlperf.errors import NoThreads, limit_words, out_of_threads, threads_limit
 
 
 @contextmanager
@@ -50,6 +50,18 @@ def start_threads(executor: ThreadPoolExecutor, threads: int) -> None:
                 executor.submit(go.wait)  # each held: the next task needs a thread of its own
     finally:
         go.set()
+    started(executor._threads)  # the executor's own set of its threads
+
+
+def started(threads: Iterable[threading.Thread]) -> None:
+    """Every one of `threads` runs. One whose start-up failed (a MemoryError under `ulimit -v`,
+    as it set itself up) left its `start()` waiting for ever, and `serve` hung with no line;
+    `stopping` now ends that wait, the thread not alive, and it is the server's one line here,
+    exit 1, before it says it serves."""
+    if all(thread.is_alive() for thread in threads):
+        return
+    short = limit_words() or "the host is short of memory"
+    raise NoThreads("the server could not start its threads", f"one ran out of memory: {short}")
 
 
 class QueueFull(Exception):

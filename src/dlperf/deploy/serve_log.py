@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import IO
 
-from dlperf.deploy.batcher import server_threads
+from dlperf.deploy.batcher import server_threads, started
 
 # uvicorn's loggers, whose handlers (its dictConfig's, on stderr and stdout) are replaced.
 LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
@@ -42,6 +42,7 @@ class Writer:
         self.thread = threading.Thread(target=self._run, name="serve-log", daemon=True)
         with server_threads():
             self.thread.start()
+        started([self.thread])
 
     def put(self, stream: IO[str], line: str) -> None:
         try:

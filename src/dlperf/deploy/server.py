@@ -84,7 +84,7 @@ from dlperf.deploy.serve_metrics import (
     Statistics,
 )
 from dlperf.deploy.served_model import OutOfMemory, ServedModel, out_of_memory
-from dlperf.errors import NoThreads, UserError, error_text, limit_words
+from dlperf.errors import UserError, error_text
 from dlperf.parsing import printable
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
@@ -129,17 +129,6 @@ def import_request_modules() -> None:
     Image.init()
 
 
-def all_alive(*executors: ThreadPoolExecutor) -> None:
-    """Every thread of `executors` runs: one whose start-up failed (a MemoryError under
-    `ulimit -v`, as it set itself up) left its `start()` waiting for ever, and `serve` hung
-    with no line; `stopping` now ends that wait, the thread not alive, and it is the server's
-    one line here, exit 1, before it says it serves. (`_threads`: the executor's own set.)"""
-    if all(t.is_alive() for e in executors for t in e._threads):
-        return
-    short = limit_words() or "the host is short of memory"
-    raise NoThreads("the server could not start its threads", f"one ran out of memory: {short}")
-
-
 def create_app(
     model_path: Path,
     max_batch: int = _DEFAULTS.max_batch,
@@ -174,7 +163,6 @@ def create_app(
     batcher = Batcher(execute, batch, max_wait_ms / 1000, queue, on_batch=on_batch)
     decoder = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="decode")
     start_threads(decoder, DECODE_THREADS)
-    all_alive(decoder, batcher._executor)  # the batcher's one inference thread
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
