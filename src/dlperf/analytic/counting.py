@@ -106,6 +106,7 @@ from dlperf.errors import (
     out_of_memory,
     raised_by_model,
 )
+from dlperf.models.walk import named_modules, named_parameters
 from dlperf.parsing import is_file_spec
 from dlperf.precision import DTYPES, KeepShared, check_default_dtype, counted_as
 
@@ -1343,34 +1344,6 @@ def _role(module: nn.Module) -> str:
     if not isinstance(cls, type):
         return "other"
     return next((role for kind, role in ROLES if issubclass(cls, kind)), "other")
-
-
-def named_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
-    """model.named_modules() walked without recursion: each module once, in its order (a
-    module, then its children's), under its first name. torch's walk recurses, a few frames a
-    level, so a model nested 1,202 deep ran out of Python's recursion limit in it, a traceback
-    before the forward that tells the nesting (`refuse_too_deep`)."""
-    seen: set[int] = set()
-    stack: list[tuple[str, nn.Module]] = [("", model)]
-    while stack:
-        where, module = stack.pop()
-        if id(module) in seen:
-            continue
-        seen.add(id(module))
-        yield where, module
-        children = [(n, m) for n, m in module._modules.items() if m is not None]
-        stack.extend((f"{where}.{n}" if where else n, m) for n, m in reversed(children))
-
-
-def named_parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
-    """model.named_parameters() walked without recursion (`named_modules`): each parameter
-    once, under its first name."""
-    seen: set[int] = set()
-    for where, module in named_modules(model):
-        for name, p in module._parameters.items():
-            if p is not None and id(p) not in seen:
-                seen.add(id(p))
-                yield (f"{where}.{name}" if where else name), p
 
 
 def _switch(model: nn.Module, train: bool) -> None:

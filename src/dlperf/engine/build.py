@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from dlperf import contention
-from dlperf.analytic.counting import QUANTIZED, named_parameters, other_dtype
+from dlperf.analytic.counting import QUANTIZED, other_dtype
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
@@ -57,6 +57,7 @@ from dlperf.models.registry import (
     too_deep,
     without_automatic,
 )
+from dlperf.models.walk import named_parameters
 from dlperf.progress import Reporter
 from dlperf.system import auto_threads, crowding, pick_device, set_threads
 

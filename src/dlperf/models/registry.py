@@ -56,6 +56,7 @@ from dlperf.errors import (
     raised_by_model,
 )
 from dlperf.formatting import few, ran_out
+from dlperf.models import walk
 from dlperf.models.torch_hooks import HooksAndModes, ImportModes
 from dlperf.parsing import did_you_mean, is_file_spec, model_file_text, quoted
 from dlperf.paths import not_regular, unexpanded
@@ -1491,19 +1492,14 @@ _MODULE_OWN = frozenset(vars(nn.Module()))
 
 def _own_tensors(model: nn.Module) -> set[int]:
     """The ids of `model`'s parameters and buffers, those of model.parameters() and .buffers(),
-    walked without recursion, each module once: torch's walk (named_modules) recurses, and
-    `dlperf export` of a model nested 1,202 deep ended in its RecursionError traceback here,
-    before the dry forward that tells the nesting (`too_deep`)."""
-    own: set[int] = set()
-    seen: set[int] = set()
-    stack = [model]
-    while stack:
-        module = stack.pop()
-        if id(module) in seen:
-            continue
-        seen.add(id(module))
-        own.update(id(t) for t in (*module._parameters.values(), *module._buffers.values()))
-        stack.extend(child for child in module._modules.values() if child is not None)
+    walked without recursion (`walk`): `dlperf export` of a model nested 1,202 deep ended in
+    torch's walk's RecursionError traceback here, before the dry forward that tells the nesting
+    (`too_deep`)."""
+    own = {
+        id(t)
+        for _, module in walk.named_modules(model)
+        for t in (*module._parameters.values(), *module._buffers.values())
+    }
     own.discard(id(None))  # an unset bias (bias=False) is a None in _parameters
     return own
 
