@@ -122,8 +122,9 @@ def distill(
             result = run_distill(job, store, resume, new, rep)
         figure = distill_figure(result)
         plots = [str(figure)] if figure is not None else []
-        # Every stage is stored and its figure drawn: one stop as it prints does not unsay it
-        # (exit 0, no "continue it" line), as a sweep's (round 49)
+        # A study whole is settled already (run_distill: one stop as its figure is drawn does
+        # not count, round 68); one with a stage failed is once its figure is drawn: one stop
+        # as it prints does not unsay its exit 1 (no "continue it" line), as a sweep's (round 49)
         stopping.settle()
         if not console.printed_json(as_json, result.to_dict() | {"plots": plots}):
             _print_summary(result, plots)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dlperf import stopping
 from dlperf.config import DistillConfig, DistillJob, Experiment, build_experiment
 from dlperf.config.experiment import changed_source
 from dlperf.data import ImageData, load_data
@@ -295,8 +296,13 @@ class _Study:
     study_id: int
     directory: Path
     reporter: Reporter
-    done: dict[str, dict[str, Any]]  # finished runs of the study by config hash
+    done: dict[str, dict[str, Any]]  # finished runs of the study by config hash (`_finished`)
+    # A stop's check that the study is whole (`_whole`): a stage not stored finished raises
+    # _NotStored, nothing is trained or selected.
+    only_reuse: bool = False
     scored: teacher.Scores | None = field(default=None, init=False)
+    # The last K's stages have begun: before, a stop left one of them not run.
+    on_last: bool = field(default=False, init=False)
 
     def reused(self, digest: str, label: str) -> dict[str, Any] | None:
         found = self.done.get(digest)
@@ -310,8 +316,11 @@ class _Study:
         digest = exp.config_hash()
         found = self.reused(digest, label)
         if found is not None:
+            self.tag(found, {"stage": stage, **tags})
             accuracy = RunSummary.stored(found["summary"]).test_accuracy
-            return Staged(found["id"], FINISHED, True, accuracy)
+            return Staged(found["id"], FINISHED, not found["mine"], accuracy)
+        if self.only_reuse:
+            raise _NotStored
         self.reporter.log(f"{label}: training {exp.run.name}")
         result = run_experiment(exp, self.store, self.reporter, study_id=self.study_id)
         tags = {k: str(v) for k, v in {"stage": stage, **tags}.items()}
@@ -319,7 +328,7 @@ class _Study:
         self.reporter.log(f"{label}: run {result.run_id} {result.status}")
         summary = result.summary or RunSummary()  # a failed run's is empty
         if result.finished:
-            self.done[digest] = {"id": result.run_id, "summary": summary.to_dict()}
+            self.done[digest] = _entry(result.run_id, summary.to_dict(), mine=True, tagged=True)
         return Staged(result.run_id, result.status, False, summary.test_accuracy, result.error)
 
     def scores(self, given: teacher.Teacher) -> teacher.Scores:
@@ -359,9 +368,12 @@ class _Study:
             broken = _unreadable(Path(before.file))
             if broken is None:
                 self.reused(digest, f"select K={k}")  # says so
-                return Selected(found["id"], True, before)
+                self.tag(found, {"stage": "select", **self.tags(given, k)})
+                return Selected(found["id"], not found["mine"], before)
             # dlperf's own file (truncated, say): made again, as a deleted one is
             self.reporter.log(f"warning: select K={k}: {broken}; selecting again")
+        if self.only_reuse:
+            raise _NotStored
         timed = self.scores(given)
         chosen = select(timed.scores, k, p.opts.top_p)
         hidden = p.pool.hidden
@@ -383,10 +395,18 @@ class _Study:
             record.summary = summary.to_dict()
         tags = {"stage": "select", **self.tags(given, k)}
         self.store.set_tags(record.id, {key: str(v) for key, v in tags.items()})
-        self.done[digest] = {"id": record.id, "summary": record.summary}
+        self.done[digest] = _entry(record.id, record.summary, mine=True, tagged=True)
         said = f", pseudo-label precision {overall:.4f}" if overall is not None else ""
         self.reporter.log(f"select K={k}: kept {len(chosen)} images{said}")
         return Selected(record.id, False, summary)
+
+    def tag(self, found: dict[str, Any], tags: dict[str, Any]) -> None:
+        """A reused stage's run tagged as its stage, where a stop left it untagged: one that came
+        as the run was stored finished, before its tags were set (the report reads a study's
+        stages by them, and reusing it never tagged it)."""
+        if not found["tagged"]:
+            self.store.set_tags(found["id"], {key: str(v) for key, v in tags.items()})
+            found["tagged"] = True
 
     def tags(self, given: teacher.Teacher, k: int) -> dict[str, Any]:
         p = self.plan
@@ -517,6 +537,54 @@ def run_distill(
         reporter.log(f"warning: {warning}")
     if p.pool.unmeasured is not None:  # the summaries' null precision, said
         reporter.log(f"note: {p.pool.unmeasured}")
+    # The study's newest run before this command: its own are newer.
+    since = max((run.id for run in store.list_runs(study_id=study_id, limit=1)), default=0)
+    done = _finished(store, study_id, p.labelled.classes)
+    study = _Study(store, p, study_id, directory, reporter, done)
+    result = DistillResult(
+        study_id, p.name, None, None, [], None, p.labelled.classes, p.pool.spec, str(directory)
+    )
+    # A stage stopped by `runs delete --force` says so before the study's stop line, as
+    # `run` says it of its run: "continue it" alone read as if Ctrl-C had stopped it.
+    with telling_deleted(store, lambda: _written_last(store, study_id), reporter.log):
+        try:
+            result = _stages(study, result)
+            if result.error is None:
+                # Every stage stored finished: the study is whole and its outcome decided,
+                # as `run`'s stored run is. One stop from here (its figure drawn, its table
+                # printed) does not unsay it; a second ends what is left, 128 + the first.
+                stopping.settle()
+            return result
+        except KeyboardInterrupt:
+            # A stop as the last stage's run was stored finished (its mark is shielded and
+            # the stop raised once written, or its "finished" line was said): nothing is left
+            # to run, and "continue it ... --resume" would name a study whole (round 68, as a
+            # sweep's). Spared: store reads, as `run`'s after a stop; a second stop ends them.
+            if not study.on_last:  # the last K's stages had not begun: one is not run
+                raise
+            with stopping.spared():
+                whole = _whole(study, result, since)
+                if whole is None:
+                    raise
+                stopping.settle()
+            return whole
+
+
+class _NotStored(Exception):
+    """A stage that a stop's check (`_whole`) found not stored finished: the study is not whole."""
+
+
+def _entry(run_id: int, summary: dict[str, Any], mine: bool, tagged: bool) -> dict[str, Any]:
+    """A finished stage's run as a stage reuses it: `mine`, this command's own (it is not said
+    reused); `tagged`, whether its stage's tags were set."""
+    return {"id": run_id, "summary": summary, "mine": mine, "tagged": tagged}
+
+
+def _finished(
+    store: RunStore, study_id: int, classes: list[str], since: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """The study's finished runs that a stage may reuse, the newest of each config hash.
+    `since`: runs newer than it that this process wrote are its own (`_entry`'s mine)."""
     done: dict[str, dict[str, Any]] = {}
     for stored in store.list_runs(study_id=study_id):  # newest first
         if stored.status != "finished" or not stored.config_hash:
@@ -529,16 +597,28 @@ def run_distill(
         # Nor one trained on classes named otherwise (an image folder's renamed since, the
         # same count): its outputs stand for other classes than the data's by those names.
         named = (stored.trained.data or {}).get("class_names")
-        if named is None or named == list(p.labelled.classes):
-            done.setdefault(stored.config_hash, {"id": stored.id, "summary": stored.summary})
-    study = _Study(store, p, study_id, directory, reporter, done)
-    result = DistillResult(
-        study_id, p.name, None, None, [], None, p.labelled.classes, p.pool.spec, str(directory)
-    )
-    # A stage stopped by `runs delete --force` says so before the study's stop line, as
-    # `run` says it of its run: "continue it" alone read as if Ctrl-C had stopped it.
-    with telling_deleted(store, lambda: _written_last(store, study_id), reporter.log):
-        return _stages(study, result)
+        if named is None or named == list(classes):
+            pid = (stored.process or {}).get("pid")
+            mine = since is not None and stored.id > since and pid == os.getpid()
+            entry = _entry(stored.id, stored.summary, mine, "stage" in stored.tags)
+            done.setdefault(stored.config_hash, entry)
+    return done
+
+
+def _whole(study: _Study, result: DistillResult, since: int) -> DistillResult | None:
+    """The study's result as a command that ran on would have given it, once a stop found
+    every stage stored finished; None when one is not. Its stages are read again from the
+    store, none trained or selected, nothing said: the stop's stage stored finished is no
+    longer cut short, and this command's own stages are not said reused."""
+    p = study.plan
+    done = _finished(study.store, study.study_id, p.labelled.classes, since)
+    again = _Study(study.store, p, study.study_id, study.directory, NullReporter(), done, True)
+    again.scored = study.scored  # the teacher's scoring speed, if this command scored
+    empty = replace(result, teacher=None, baseline=None, students=[], error=None)
+    try:
+        return _stages(again, empty)
+    except Exception:  # _NotStored, or a store or file that fails now: not known whole
+        return None
 
 
 def _written_last(store: RunStore, study_id: int) -> list[int]:
@@ -573,6 +653,7 @@ def _stages(study: _Study, result: DistillResult) -> DistillResult:
             return result
 
     for k in p.opts.top_k:
+        study.on_last = k == p.opts.top_k[-1]
         row = study.student(given, k)
         result.students.append(row)
         result.error = row.error
