@@ -185,10 +185,9 @@ def finished_runs(
     return found
 
 
-def whole(store: RunStore, study_id: int, free_threads: bool, keys: list[str | None]) -> bool:
-    """Whether every point of the sweep (its `keys`) has a run stored finished in the study."""
-    done = finished_runs(store, study_id, free_threads)
-    return all(key is not None and key in done for key in keys)
+def whole(finished: dict[str, RunRecord], keys: list[str | None]) -> bool:
+    """Whether every point of the sweep (its `keys`) has a run among the study's `finished`."""
+    return all(key is not None and key in finished for key in keys)
 
 
 def _own_run(store: RunStore, exp: Experiment, study_id: int, since: int) -> RunRecord | None:
@@ -634,7 +633,8 @@ def run_sweep(
         # "continue it ... --resume" would name a study whole. Ranked, as `run` ends a run
         # the stop found finished (exit 0 and its result).
         with stopping.spared():  # store reads, as `run`'s after a stop: a second stop ends them
-            if not whole(store, study_id, free, keys):
+            now = finished_runs(store, study_id, free)
+            if not whole(now, keys):
                 raise
             stopping.settle()
     else:
@@ -642,12 +642,12 @@ def run_sweep(
         # (as it is ranked, its figures drawn) does not unsay it, as `run`'s stored run exits
         # 0; a second ends what is left, 128 + the first (it exited 130 with "continue it").
         with stopping.shielded():
-            if whole(store, study_id, free, keys):
+            now = finished_runs(store, study_id, free)
+            if whole(now, keys):
                 stopping.settle()
-    # Read again: the points another sweep of the study held, or finished, while this one
-    # ran are ranked with the rest (each sweep ranked only its own, and named a winner that
-    # was not the study's best).
-    now = finished_runs(store, study_id, free)
+    # `now`, read after the points ran: the points another sweep of the study held, or
+    # finished, while this one ran are ranked with the rest (each sweep ranked only its own,
+    # and named a winner that was not the study's best).
     # A point's run deleted while the sweep ran (`dlperf runs delete`) is no result: ranked,
     # it was named the winner of a store that no longer held it, or the end failed "no run N
     # in the store" (its weights and figures read), the points that finished unranked.
