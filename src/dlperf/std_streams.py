@@ -1,6 +1,7 @@
-"""The standard streams as a command finds them: closed at start (`dlperf ... >&-`) or in an
+"""The standard streams as a command finds them: closed at start (`dlperf ... >&-`), in an
 encoding that lacks characters dlperf prints (`PYTHONIOENCODING=ascii`, a C locale with UTF-8
-mode off). `settle_std_streams` makes both writable before anything is printed."""
+mode off), or a stderr whose writes fail (`2>/dev/full`). `settle_std_streams` makes them
+writable before anything is printed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import contextlib
 import io
 import os
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 def _held_open(fd: int) -> TextIO:
@@ -28,6 +32,39 @@ def _held_open(fd: int) -> TextIO:
     return open(os.open(os.devnull, os.O_WRONLY), "w", encoding="utf-8", closefd=False)
 
 
+class _Stderr(io.FileIO):
+    """Descriptor 2, for a reader who may be gone: a write that fails (ENOSPC on /dev/full or a
+    full disk, EIO, EPIPE) raised OSError from whatever printed, a progress line or a warning,
+    and that was taken as the command's own failure (a run stored `failed`, a bad input's exit
+    code 2 told as 1). Like a closed pipe's, such a stderr goes quiet: /dev/null is put over
+    descriptor 2 (what C code and later children write is lost too) and the work goes on."""
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        try:
+            return super().write(data)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self.fileno())
+                os.close(null)
+            return memoryview(data).nbytes  # taken, as /dev/null takes it
+
+
+def _quiet_on_failure(made: io.TextIOWrapper) -> TextIO:
+    """sys.stderr as Python made it, over `_Stderr`."""
+    made.flush()
+    raw = _Stderr(made.fileno(), "w", closefd=False)  # Python's own stderr keeps descriptor 2
+    raw.name = "<stderr>"
+    unbuffered = isinstance(made.buffer, io.FileIO)
+    return io.TextIOWrapper(
+        raw if unbuffered else io.BufferedWriter(raw),
+        encoding=made.encoding,
+        errors=made.errors,
+        line_buffering=made.line_buffering,
+        write_through=made.write_through,
+    )
+
+
 def _raises_on_lacking(stream: io.TextIOWrapper) -> bool:
     """Whether writing a character `stream`'s encoding lacks raises UnicodeEncodeError: under
     "strict", and under "surrogateescape" unless the encoding is UTF-8 (a C locale with UTF-8
@@ -41,11 +78,14 @@ def settle_std_streams() -> None:
     """A stream closed at start is None in sys, and every print (rich's console too) would fail
     on it: it is held on /dev/null. A character stdout's encoding lacks (runs compare's Δ, a
     run's name under PYTHONIOENCODING=ascii) is written as an escape, as on stderr, not raised
-    as UnicodeEncodeError; ascii:replace stays. A test's capture is left as it is."""
+    as UnicodeEncodeError; ascii:replace stays. Python's own stderr goes quiet where a write
+    to it fails (`_Stderr`). A test's capture is left as it is."""
     if sys.stdout is None:
         sys.stdout = _held_open(1)
     if sys.stderr is None:
         sys.stderr = _held_open(2)
+    if sys.stderr is sys.__stderr__ and isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr = _quiet_on_failure(sys.stderr)
     made = sys.stdout
     if made is sys.__stdout__ and isinstance(made, io.TextIOWrapper) and _raises_on_lacking(made):
         made.reconfigure(errors="backslashreplace")

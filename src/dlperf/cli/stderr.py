@@ -15,7 +15,9 @@ from dlperf.std_streams import unread
 class Stderr(Console):
     """stderr's, its reader gone (`dlperf run ... 2>&1 | head -1`): rich raised SystemExit(1),
     stored as the model's sys.exit, and put /dev/null over stdout, losing the results. Progress
-    is optional: it goes quiet, stderr on /dev/null (no later write meets the closed pipe)."""
+    is optional: it goes quiet, stderr on /dev/null (no later write meets the closed pipe).
+    The process's own stderr goes quiet below rich at any failed write (`std_streams._Stderr`:
+    a closed pipe, /dev/full); this is for one it did not wrap (an embedding program's)."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
