@@ -163,6 +163,16 @@ PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
 # server is there; a connection checked out of the pool is pinged first (`_server_engine`),
 # so this is met only by one held idle by dlperf itself.
 PG_IDLE_CLOSED = "57P05"
+# idle_in_transaction_session_timeout: the server closed a session that sat idle inside an
+# open transaction (a read's or a write's, between two of its statements). The server is
+# there; libpq may lose its message as the socket closes ("server closed the connection
+# unexpectedly"), so the session's setting is read as it connects (`_session_set`).
+PG_IDLE_IN_TRANSACTION = "25P03"
+IDLE_IN_TRANSACTION = "idle_in_transaction_session_timeout"
+# A connection's idle_in_transaction_session_timeout as SHOW writes it ("0", "20ms"), in its
+# info; and the setting in libpq's options (the URL's ?options=, PGOPTIONS): -c or --.
+IDLE_TX_SHOWN = "dlperf_idle_in_transaction"
+IDLE_TX_OPTION = re.compile(rf"(?:-c\s*|--){IDLE_IN_TRANSACTION}=(\S+)")
 # A write PostgreSQL refused: a trigger's RAISE EXCEPTION (integrity.PG_RAISED), class 23 (a
 # constraint violated).
 PG_CONSTRAINT_CLASS = "23"
@@ -415,7 +425,14 @@ def _server_engine(url: URL, name: str) -> Engine:
     REPEATABLE READ (default_transaction_isolation) writes at once failed with "could not
     serialize access", where dlperf's writes are made for READ COMMITTED (row locks taken
     as read, compare-and-set updates, upserts). A startup parameter outranks the URL's
-    `-c` options and a role's settings."""
+    `-c` options and a role's settings.
+
+    A PostgreSQL store's reads run in autocommit, its writes (`_writes`) at READ COMMITTED:
+    a read session held its transaction open across the Python work between its queries
+    (SQLAlchemy compiling the next one, rows made into objects), where a short
+    idle_in_transaction_session_timeout closed it ("terminating connection due to
+    idle-in-transaction timeout", `doctor` and `report` at 20 ms). At READ COMMITTED each
+    statement of a read saw its own snapshot anyway: autocommit changes no read's rows."""
     _server_options(url, name)
     postgresql = url.get_backend_name() == "postgresql"
     libpq = postgresql and url.get_driver_name() in LIBPQ_DRIVERS
@@ -425,7 +442,7 @@ def _server_engine(url: URL, name: str) -> Engine:
     # run lost, though the server had never gone.
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if postgresql:
-        kwargs["isolation_level"] = "READ COMMITTED"
+        kwargs["isolation_level"] = "AUTOCOMMIT"
     connect_args: dict[str, Any] = {"client_encoding": "UTF8"} if libpq else {}
     if libpq and _connect_timeout(url) is None:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -435,6 +452,14 @@ def _server_engine(url: URL, name: str) -> Engine:
     if postgresql:
         event.listen(engine, "connect", _session_set)
     return engine
+
+
+def _writes(engine: Engine, **options: Any) -> Engine:
+    """The engine of `engine`'s write transactions: SQLite's IMMEDIATE (WRITES), PostgreSQL's
+    at READ COMMITTED (its reads run in autocommit, `_server_engine`)."""
+    if engine.dialect.name == "postgresql":
+        options["isolation_level"] = "READ COMMITTED"
+    return engine.execution_options(**{WRITES: True}, **options)
 
 
 def _session_set(dbapi_connection: Any, record: Any) -> None:
@@ -454,8 +479,12 @@ def _session_set(dbapi_connection: Any, record: Any) -> None:
             f"SELECT set_config('lock_timeout', '{BUSY_TIMEOUT_S * 1000:.0f}ms', false) "
             "WHERE current_setting('lock_timeout') = '0'"
         )
-        cursor.execute("SELECT EXTRACT(EPOCH FROM current_setting('lock_timeout')::interval)")
-        record.info[LOCK_WAIT] = float(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT EXTRACT(EPOCH FROM current_setting('lock_timeout')::interval), "
+            f"current_setting('{IDLE_IN_TRANSACTION}')"
+        )
+        wait, idle = cursor.fetchone()
+        record.info[LOCK_WAIT], record.info[IDLE_TX_SHOWN] = float(wait), str(idle)
     dbapi_connection.commit()
 
 
@@ -991,6 +1020,17 @@ def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
     state = getattr(orig, "sqlstate", None) or ""
     if state == PG_IDLE_CLOSED:
         return _idle_closed(name, context)
+    engine = context.engine
+    url = engine.url if engine is not None else make_url("postgresql://")
+    shown: str | None = None
+    # Not revalidated here (a closed or invalidated connection's `info` would reconnect).
+    with contextlib.suppress(Exception):
+        conn = context.connection
+        if conn is not None and not conn.invalidated and not conn.closed:
+            shown = conn.info.get(IDLE_TX_SHOWN)
+    idle_in_transaction = _idle_in_transaction(name, url, orig, shown)
+    if idle_in_transaction is not None:
+        return idle_in_transaction
     # A refused connection carries no state: the driver's OperationalError says it.
     refused = not state and type(orig).__name__ == "OperationalError"
     gone = context.is_disconnect or state.startswith(PG_GONE_CLASS) or state in PG_GONE
@@ -1018,6 +1058,43 @@ def _idle_closed(name: str, context: ExceptionContext) -> IdleClosed:
         "try again; to lift it for dlperf's sessions add -cidle_session_timeout=0 to the "
         f"URL's ?options=, or ALTER ROLE {role} SET idle_session_timeout = 0",
     )
+
+
+def _idle_in_transaction(
+    name: str, url: URL, e: BaseException, shown: str | None = None
+) -> IdleClosed | None:
+    """The one line of a session the server closed as it sat idle inside a transaction past
+    its idle_in_transaction_session_timeout: said by the server (25P03), or, where libpq lost
+    that message as the socket closed ("server closed the connection unexpectedly"), by the
+    session's setting (`shown`, read as it connected) or the URL's or PGOPTIONS' if it has
+    none. Exit 1, as idle_session_timeout's: the server never went away."""
+    said = getattr(e, "sqlstate", None) == PG_IDLE_IN_TRANSACTION
+    lost = not said and "server closed the connection unexpectedly" in str(e)
+    setting = shown if shown is not None else _idle_in_transaction_option(url)
+    if not said and not (lost and setting not in (None, "0")):
+        return None
+    role = integrity.shown(url.username or "ROLE")
+    value = f" ({setting})" if setting not in (None, "0") else ""
+    return IdleClosed(
+        f"run store {name}: the server closed a session that sat idle inside a transaction "
+        f"past its {IDLE_IN_TRANSACTION}{value}",
+        f"try again; to lift it for dlperf's sessions add -c{IDLE_IN_TRANSACTION}=0 to the "
+        f"URL's ?options=, or ALTER ROLE {role} SET {IDLE_IN_TRANSACTION} = 0",
+    )
+
+
+def _idle_in_transaction_option(url: URL) -> str | None:
+    """idle_in_transaction_session_timeout as libpq's options set it: the URL's ?options=
+    outranks PGOPTIONS (libpq reads one or the other), the last -c of a name wins."""
+    given = url.query.get("options")
+    if isinstance(given, tuple):
+        given = given[-1]
+    options = given if given is not None else os.environ.get("PGOPTIONS", "")
+    found = IDLE_TX_OPTION.findall(options)
+    if not found:
+        return None
+    # A number alone is in the setting's unit, as SHOW writes it.
+    return f"{found[-1]}ms" if found[-1].isdecimal() and found[-1] != "0" else str(found[-1])
 
 
 @dataclass(frozen=True)
@@ -2067,7 +2144,7 @@ class RunStore:
         # Why a write is refused, where not only "open read-only": the stand-in of a store
         # that is not there (`_empty`) says which store, and that it is not there.
         self._unwritable: tuple[str, str] | None = None
-        self._writer = engine.execution_options(**{WRITES: True})
+        self._writer = _writes(engine)
         self._file: StoreFile | None = None
         # A server store's place (`_server_place`), for a writer: a SQLite store's is its file.
         self._server: str | None = None
@@ -2173,7 +2250,7 @@ class RunStore:
             integrity.check(engine)
             # A reader upgrades an older store too (the first command to open it does), but
             # leaves its journal mode: the next command that writes switches it to WAL.
-            writer = engine.execution_options(**{WRITES: True, KEEP_MODE: not writing})
+            writer = _writes(engine, **{KEEP_MODE: not writing})
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
             if session is not None and writing and store_id is not None:  # PostgreSQL's
                 _pg_ids_past_rows(writer)
@@ -2198,6 +2275,8 @@ class RunStore:
                 raise _cancelled(name, parsed, timeout, e.orig or e) from None
             if _pg_state(e) == integrity.PG_NO_PRIVILEGE:
                 raise _denied_at_open(engine, name, e, writing) from None
+            if not sqlite and (closed := _idle_in_transaction(name, parsed, e.orig or e)):
+                raise closed from None
             raise _no_answer(parsed, name, e) or UserError(
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e, where, read_only)
             ) from None
