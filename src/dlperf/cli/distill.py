@@ -102,6 +102,7 @@ def distill(
     Example: dlperf distill examples/distill_digits.toml --top-k 25,50,100
     """
     from dlperf.config import DistillJob, load_job
+    from dlperf.config.distill import with_source
     from dlperf.distill.runner import run_distill
     from dlperf.report.distill import distill_figure
     from dlperf.store.names import given
@@ -111,7 +112,10 @@ def distill(
         "student": student, "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
         "finetune_lr": finetune_lr,
     }  # fmt: skip
-    job = load_job(DistillJob, experiment, set_, distill=flags)
+    # the pool's errors name where distill.unlabeled was given: the flag, the file or --set
+    job = with_source(
+        load_job(DistillJob, experiment, set_, distill=flags), experiment, set_, flags
+    )
     store = open_store()
     # The figure and the table inside the stop's line too: a stop after the last stage
     # exited 130 saying nothing. The line's command (every stage reused) draws and prints.

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from pathlib import Path
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
@@ -48,3 +50,43 @@ class DistillConfig(Section):
 
 class DistillJob(Job):
     distill: DistillConfig
+
+
+class Unlabeled(str):
+    """distill.unlabeled's value and where it was given, for the pool's errors to name: a
+    value from the file's [distill] section or from --set named a --unlabeled the user never
+    typed. `source` is the config's words, as its other keys' errors say them ("dist.toml",
+    "dist.toml with --set"); "" for the --unlabeled flag."""
+
+    source: str
+
+    def __new__(cls, spec: str, source: str = "") -> Unlabeled:
+        self = super().__new__(cls, spec)
+        self.source = source
+        return self
+
+    def where(self) -> str:
+        """The value as its errors begin: where it came from and what it was."""
+        return f"{self.source}: {self.given(self)}" if self.source else self.given(self)
+
+    def given(self, spec: str) -> str:
+        """How to give `spec` instead, where this value was given: the flag, or the key."""
+        if not self.source:
+            return f"--unlabeled {spec}"
+        return f"distill.unlabeled = {json.dumps(spec, ensure_ascii=False)}"
+
+
+def with_source(
+    job: DistillJob, path: str | Path | None, overrides: list[str], flags: dict[str, Any]
+) -> DistillJob:
+    """`job` with its distill.unlabeled said as given: by the --unlabeled flag (in `flags`,
+    None for a flag not given) or by the config at `path` with `overrides` (--set), named as
+    load_job names it for the other keys."""
+    from dlperf.config.loading import _where  # which imports this module
+
+    spec = job.distill.unlabeled
+    if spec is None or flags.get("unlabeled") is not None:
+        return job
+    source = _where(path, bool(overrides) or any(v is not None for v in flags.values()))
+    distill = job.distill.model_copy(update={"unlabeled": Unlabeled(spec, source)})
+    return job.model_copy(update={"distill": distill})

@@ -18,11 +18,12 @@ from typing import Any
 import torch
 
 from dlperf.config import DataConfig, Experiment, build_experiment, parse_value
-from dlperf.data import ImageData, Split, load_data
+from dlperf.config.distill import Unlabeled
+from dlperf.data import DATASETS, ImageData, Split, load_data
 from dlperf.data.sources import NoImageSize, TooLargeToDecode, read_npz, resize
 from dlperf.errors import UserError
 from dlperf.formatting import few
-from dlperf.parsing import name_text
+from dlperf.parsing import did_you_mean, name_text, quoted
 from dlperf.progress import Reporter
 
 EXAMPLE = "mnist5k:image_size=8 or digits:holdout=0.5"
@@ -39,20 +40,21 @@ class Pool:
     notes: list[str] = field(default_factory=list)  # its reader's, of the set's files
 
 
+def _given(spec: str) -> Unlabeled:
+    """`spec` with where it was given; a plain string is the --unlabeled flag's."""
+    return spec if isinstance(spec, Unlabeled) else Unlabeled(spec)
+
+
 def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
     """(the pool's data config, the labelled runs' data config) of `spec`."""
     name, _, rest = spec.partition(":")
-    where = f"--unlabeled {spec}"
+    given = _given(spec)
+    where = given.where()
     if not name.strip():
         raise UserError(f"{where}: no data set named", f"e.g. {EXAMPLE}")
     pairs = _pairs(rest, where) if rest else {}
     if "holdout" in pairs:
-        if name != exp.data.name or len(pairs) > 1:
-            raise UserError(
-                f"{where}: holdout sets aside a share of the experiment's own {exp.data.name} "
-                "and takes no other keys",
-                f"use --unlabeled {exp.data.name}:holdout={pairs['holdout']}",
-            )
+        _check_holdout(name, pairs, exp, given)
         if not pairs["holdout"]:
             raise UserError(f"{where}: holdout must be above 0")
         raw = exp.to_dict()
@@ -67,9 +69,30 @@ def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
     if pool.name == exp.data.name and same_root and pool.name != "synthetic":
         raise UserError(
             f"{where}: these are the experiment's labelled images",
-            f"hold a share of them out: --unlabeled {name}:holdout=0.5",
+            f"hold a share of them out: {given.given(f'{name}:holdout=0.5')}",
         )
     return pool, exp.data
+
+
+def _check_holdout(name: str, pairs: dict[str, Any], exp: Experiment, given: Unlabeled) -> None:
+    """NAME:holdout=F names the experiment's own set and no other key: say which is wrong (a
+    set not the experiment's was said to take "no other keys", only holdout given)."""
+    where, own = given.where(), exp.data.name
+    use = given.given(f"{own}:holdout={pairs['holdout']}")
+    if name not in DATASETS:  # as load_data says it of a set it has no reader for
+        hint = did_you_mean(name, DATASETS, f"choose one of {', '.join(DATASETS)}", quote=True)
+        raise UserError(f"{where}: unknown dataset {quoted(name)}", hint)
+    if name != own:
+        raise UserError(
+            f"{where}: holdout sets aside a share of the experiment's own {own}, not of {name}",
+            f"use {use}, or all of {name}'s images: {given.given(name)}",
+        )
+    if len(pairs) > 1:
+        raise UserError(
+            f"{where}: holdout sets aside a share of the experiment's own {own} "
+            "and takes no other keys",
+            f"use {use}",
+        )
 
 
 def _real(root: str) -> str:
@@ -93,6 +116,8 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData, reporter: Reporter | N
     """The pool of `spec` (parsed into `cfg`), checked against the images the teacher takes:
     `labelled`, the experiment's data as its runs see them; `reporter` hears its reading (an
     image folder of 10^5 files takes minutes)."""
+    given = _given(spec)
+    where = given.where()
     if cfg.holdout and labelled.unlabeled is not None:
         data, held = labelled, labelled.unlabeled
     else:
@@ -100,18 +125,18 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData, reporter: Reporter | N
             data = _read(cfg, reporter)
         except NoImageSize:  # its line names data.image_size, which the experiment may set
             raise UserError(
-                f"--unlabeled {spec}: {cfg.name} needs the pool's image size",
-                f"set --unlabeled {_sized(spec, labelled.shape[-1])}, the teacher's",
+                f"{where}: {cfg.name} needs the pool's image size",
+                f"set {given.given(_sized(spec, labelled.shape[-1]))}, the teacher's",
             ) from None
         except TooLargeToDecode as e:  # its line names data.image_size: the pool's is meant
             raise UserError(
-                f"--unlabeled {spec}: image_size {cfg.image_size}: {e.said}",
-                f"set --unlabeled {_sized(spec, labelled.shape[-1])}, the teacher's",
+                f"{where}: image_size {cfg.image_size}: {e.said}",
+                f"set {given.given(_sized(spec, labelled.shape[-1]))}, the teacher's",
             ) from None
         splits = [data.train, data.val, data.test]
         if not data.in_memory:
             raise UserError(
-                f"--unlabeled {spec}: {data.name} does not fit in memory",
+                f"{where}: {data.name} does not fit in memory",
                 "give it a smaller image_size or set in_memory=true",
             )
         held = Split(
@@ -120,13 +145,13 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData, reporter: Reporter | N
         )
     assert held.images is not None
     if len(held) == 0 and cfg.holdout:
-        raise UserError(f"--unlabeled {spec}: no images", "hold out a larger share")
+        raise UserError(f"{where}: no images", "hold out a larger share")
     if len(held) == 0:
         named = cfg.root if cfg.name == "npz" else cfg.name
-        raise UserError(f"--unlabeled {spec}: {named} holds no images", "give a pool of images")
-    _check_shape(spec, tuple(held.images.shape[1:]), labelled.shape)
+        raise UserError(f"{where}: {named} holds no images", "give a pool of images")
+    _check_shape(given, tuple(held.images.shape[1:]), labelled.shape)
     if held is not labelled.unlabeled:
-        _check_unseen(spec, held.images, labelled)
+        _check_unseen(given, held.images, labelled)
     hidden, unmeasured = _as_teachers(held.labels, data.classes, labelled.classes)
     digest = hashlib.sha256(held.images.numpy().tobytes())
     # the labels as the teacher numbers them: a pool's own order of the same names is the
@@ -185,13 +210,14 @@ def _check_unseen(spec: str, images: torch.Tensor, labelled: ImageData) -> None:
     }
     found = [name for name, hashes in measured.items() if not hashes.isdisjoint(pool)]
     if found:
+        given = _given(spec)
         seen = set().union(*(measured[name] for name in found))
         inside = sum(digest in seen for digest in pool)
         raise UserError(
-            f"--unlabeled {spec}: {inside} of its {len(images)} images are the experiment's "
+            f"{given.where()}: {inside} of its {len(images)} images are the experiment's "
             f"{' and '.join(found)} images, byte for byte",
             "give a pool of other images, or hold a share of the training images out: "
-            f"--unlabeled {labelled.name}:holdout=0.5",
+            f"{given.given(f'{labelled.name}:holdout=0.5')}",
         )
 
 
@@ -228,14 +254,15 @@ def _check_shape(spec: str, got: tuple[int, ...], wanted: tuple[int, int, int]) 
     """The pool's images must be what the teacher takes: say what to set when they are not."""
     if got == wanted:
         return
-    where = f"--unlabeled {spec}: images are {'x'.join(map(str, got))}"
+    given = _given(spec)
+    where = f"{given.where()}: images are {'x'.join(map(str, got))}"
     takes = f"the teacher takes {'x'.join(map(str, wanted))}"
     if got[0] != wanted[0]:
         raise UserError(
             f"{where}, {takes} ({got[0]} channel(s), not {wanted[0]})",
             f"choose a set with {wanted[0]} channel(s)",
         )
-    raise UserError(f"{where}, {takes}", f"set --unlabeled {_sized(spec, wanted[-1])}")
+    raise UserError(f"{where}, {takes}", f"set {given.given(_sized(given, wanted[-1]))}")
 
 
 def _sized(spec: str, side: int) -> str:
