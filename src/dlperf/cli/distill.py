@@ -14,6 +14,7 @@ from dlperf.formatting import scaled
 from dlperf.study_stop import StudyStop
 
 if TYPE_CHECKING:
+    from dlperf.config import DistillJob
     from dlperf.distill.summary import DistillResult, StudentRow
 
 
@@ -102,7 +103,6 @@ def distill(
     Example: dlperf distill examples/distill_digits.toml --top-k 25,50,100
     """
     from dlperf.config import DistillJob, load_job
-    from dlperf.config.distill import with_source
     from dlperf.distill.runner import run_distill
     from dlperf.report.distill import distill_figure
     from dlperf.store.names import given
@@ -113,7 +113,7 @@ def distill(
         "finetune_lr": finetune_lr,
     }  # fmt: skip
     # the pool's errors name where distill.unlabeled was given: the flag, the file or --set
-    job = with_source(
+    job = _with_source(
         load_job(DistillJob, experiment, set_, distill=flags), experiment, set_, flags
     )
     store = open_store()
@@ -134,3 +134,20 @@ def distill(
             _print_summary(result, plots)
     if result.error:
         raise typer.Exit(1)
+
+
+def _with_source(
+    job: DistillJob, path: str | Path | None, overrides: list[str], flags: dict[str, Any]
+) -> DistillJob:
+    """`job` with its distill.unlabeled said as given: by the --unlabeled flag (in `flags`,
+    None for a flag not given) or by the config at `path` with `overrides` (--set), named as
+    load_job names it for the other keys."""
+    from dlperf.config.distill import Unlabeled
+    from dlperf.config.loading import config_words
+
+    spec = job.distill.unlabeled
+    if spec is None or flags.get("unlabeled") is not None:
+        return job
+    source = config_words(path, bool(overrides) or any(v is not None for v in flags.values()))
+    distill = job.distill.model_copy(update={"unlabeled": Unlabeled(spec, source)})
+    return job.model_copy(update={"distill": distill})

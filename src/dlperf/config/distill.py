@@ -7,8 +7,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
@@ -74,19 +73,3 @@ class Unlabeled(str):
         if not self.source:
             return f"--unlabeled {spec}"
         return f"distill.unlabeled = {json.dumps(spec, ensure_ascii=False)}"
-
-
-def with_source(
-    job: DistillJob, path: str | Path | None, overrides: list[str], flags: dict[str, Any]
-) -> DistillJob:
-    """`job` with its distill.unlabeled said as given: by the --unlabeled flag (in `flags`,
-    None for a flag not given) or by the config at `path` with `overrides` (--set), named as
-    load_job names it for the other keys."""
-    from dlperf.config.loading import _where  # which imports this module
-
-    spec = job.distill.unlabeled
-    if spec is None or flags.get("unlabeled") is not None:
-        return job
-    source = _where(path, bool(overrides) or any(v is not None for v in flags.values()))
-    distill = job.distill.model_copy(update={"unlabeled": Unlabeled(spec, source)})
-    return job.model_copy(update={"distill": distill})

@@ -343,7 +343,7 @@ def load_job(
             options[key] = (names or {}).get(key) or "--" + key.partition(".")[2].replace("_", "-")
             assign(raw, key, value, options[key])
     raw = _under(job.preset, raw) if job.preset else raw
-    where = _where(path, bool(overrides or options))
+    where = config_words(path, bool(overrides or options))
     context = {"architecture_only": job.counts_only}
     exp, commands = _built(raw, path, file_model, where, options, context)
     sections = {name: getattr(commands, name) for name in job.model_fields if name != "experiment"}
@@ -548,7 +548,7 @@ def load_file(
     """defaults < TOML file < --set overrides, validated in one place (with pydantic's
     `context`); an error in a key that `options` (dotted key: flag) lists names the flag."""
     raw, file_model = _read(path, overrides)
-    return _built(raw, path, file_model, _where(path, bool(overrides)), options, context)
+    return _built(raw, path, file_model, config_words(path, bool(overrides)), options, context)
 
 
 def _read(path: str | Path | None, overrides: list[str] | None) -> tuple[dict[str, Any], Any]:
@@ -562,7 +562,7 @@ def _read(path: str | Path | None, overrides: list[str] | None) -> tuple[dict[st
     return raw, file_model
 
 
-def _where(path: str | Path | None, overridden: bool) -> str:
+def config_words(path: str | Path | None, overridden: bool) -> str:
     """The words that name the config in errors."""
     return (str(path) if path is not None else "config") + (" with --set" if overridden else "")
 
