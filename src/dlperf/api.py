@@ -338,17 +338,21 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
     rest, and OverflowError for a whole number too big for a float (10**400)."""
     name = _key_name(key)
     given = value
-    value = _numpy_number(value)
-    # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
-    # float() made True 1.0.
-    boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
-    # Nor a complex number: float() refuses Python's, but takes NumPy's (a scalar or an
-    # array) as its real part, with a ComplexWarning, dropping the imaginary part.
-    kind = getattr(getattr(value, "dtype", None), "kind", None)
-    complex_dtype = kind == "c"
+    value = _one_number(value)
+    # A complex number is no measurement, whatever its type: float() refused Python's, took
+    # NumPy's as its real part (with a ComplexWarning) and a 0-d complex tensor's too (1+0j as
+    # 1.0), and a complex array or tensor of one element was named by its shape.
+    if _complex(value):
+        raise UserError(
+            f"metric {name} is a real number, not a complex one, got {as_given(given, typed=True)}"
+        )
+    # A bool (NumPy's, a bool tensor's or array's of one element too: `_one_number` made it
+    # Python's) is not a measurement, as a bool step is not: float() made True 1.0.
+    boolean = isinstance(value, bool)
     # Nor NumPy's text or dates: float() read np.array("1.5") as 1.5, refused as "1.5" is.
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
     text_or_time = kind in ("U", "S", "M", "m")
-    if not (isinstance(value, _TEXT) or boolean or complex_dtype or text_or_time):
+    if not (isinstance(value, _TEXT) or boolean or text_or_time):
         if getattr(value, "requires_grad", False):
             # float() of a tensor that requires grad warns (torch's UserWarning, from this
             # line); told without importing torch, which every logged value passes through
@@ -379,17 +383,46 @@ def _past_float(name: str, given: Any) -> UserError:
     )
 
 
-def _numpy_number(value: Any) -> Any:
-    """A NumPy array of one element (any shape: [1.5], [[1.5]]), as the Python value it holds,
-    as float() reads a one-element tensor: NumPy 2 refused float() of one that is not 0-d, so
-    `log` kept `torch.tensor([1.5])` and refused `np.array([1.5])`. The value it holds is then
-    checked as any other (a complex, a bool, text or a date refused); any other value as it is.
-    """
-    kind = getattr(getattr(value, "dtype", None), "kind", None)  # NumPy's; torch's has none
+def _one_number(value: Any) -> Any:
+    """A tensor or NumPy array (or NumPy scalar) of one number, whatever its shape (`[1.5]`,
+    `[[8]]`, 0-d), as the Python number it holds; any other value as it is. The one rule for a
+    step and a value: NumPy 2 refused float() of an array that is not 0-d, and operator.index()
+    takes an integer tensor of one element but no float tensor, so `log` took `torch.tensor([7])`
+    as a step and refused `np.array([8])` and `torch.tensor([9.0])`. The number held is then
+    checked as any other (a complex, a bool refused). Only numbers are read: NumPy's text and
+    dates stay arrays, refused as such (a datetime64[ns]'s item() is an int)."""
     item = getattr(value, "item", None)
-    if kind in ("i", "u", "f") and getattr(value, "size", None) == 1 and callable(item):
-        return item()
+    if not callable(item):
+        return value
+    dtype = getattr(value, "dtype", None)
+    count = getattr(value, "size", None)  # NumPy's element count
+    if callable(count):  # torch's size() is its shape, numel() its count
+        count = None
+        with suppress(AttributeError, TypeError, RuntimeError):  # a nested tensor has none
+            count = value.numel()
+    numeric = getattr(dtype, "kind", None) in _NUMBER_KINDS or _torch_dtype(dtype)
+    if count == 1 and numeric:
+        with suppress(RuntimeError):  # a meta tensor holds no value: refused as it is
+            return item()
     return value
+
+
+# NumPy's kinds of number: bool, signed and unsigned int, float, complex (not text, dates, objects)
+_NUMBER_KINDS = frozenset("biufc")
+
+
+def _torch_dtype(dtype: Any) -> bool:
+    """Whether `dtype` is torch's, every one of which is a kind of number; told without
+    importing torch, which every logged value passes through."""
+    return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
+
+
+def _complex(value: Any) -> bool:
+    """Whether `value` is complex: Python's or NumPy's number, or an array or tensor of them."""
+    if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return getattr(dtype, "kind", None) == "c" or bool(getattr(dtype, "is_complex", False))
 
 
 def _step(step: Any) -> int:
@@ -405,13 +438,9 @@ def _as_whole(given: Any) -> int | None:
     tensor's) or a float of a whole number (1.0, NumPy's 3.0, a 0-d tensor's 4.0), which
     names one exactly as its int does (a float holds every whole number to 2**53, past the
     store's bound); not a bool, nor 1.5, which int() would put on 1. None for anything else."""
-    value = given
-    item = getattr(given, "item", None)
-    if getattr(given, "ndim", None) == 0 and callable(item):
-        # A 0-d tensor (or array) as the Python number it holds, as NumPy's scalars are
-        # taken: a float tensor is no numbers.Real. A bool tensor gives a bool, refused.
-        with suppress(RuntimeError):  # a meta tensor holds no value
-            value = item()
+    # A tensor or array of one number as the number it holds (a float tensor is no
+    # numbers.Real); a bool tensor gives a bool, refused: operator.index took [True] as 1.
+    value = _one_number(given)
     if not isinstance(value, bool):
         with suppress(TypeError):
             return operator.index(value)
