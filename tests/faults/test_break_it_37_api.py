@@ -59,7 +59,7 @@ def test_log_refuses_a_numpy_complex_number_as_a_python_one(db: str, value: Any,
         with dlperf.track("c", store=db) as run, pytest.raises(UserError) as e:
             run.log(1, c=value)
     # before: stored as its real part, [(1, 1.0)], and kept as the run's final train/c
-    assert str(e.value) == f"metric train/c is a number, got {said}"
+    assert str(e.value) == f"metric train/c is a real number, not a complex one, got {said}"
     assert _run(db).summary["final"] == {}
 
 
