@@ -50,12 +50,10 @@ class _Stderr(io.FileIO):
             return memoryview(data).nbytes  # taken, as /dev/null takes it
 
 
-def _quiet_on_failure(made: io.TextIOWrapper) -> TextIO:
-    """sys.stderr as Python made it, over `_Stderr`."""
-    made.flush()
-    raw = _Stderr(made.fileno(), "w", closefd=False)  # Python's own stderr keeps descriptor 2
-    raw.name = "<stderr>"
-    unbuffered = isinstance(made.buffer, io.FileIO)
+def rewrapped(made: io.TextIOWrapper, raw: io.FileIO) -> io.TextIOWrapper:
+    """A text stream as Python `made` it (encoding, errors, buffering, `python -u`) over
+    `raw`, a descriptor's FileIO of dlperf's own."""
+    unbuffered = isinstance(made.buffer, io.FileIO)  # python -u
     return io.TextIOWrapper(
         raw if unbuffered else io.BufferedWriter(raw),
         encoding=made.encoding,
@@ -63,6 +61,14 @@ def _quiet_on_failure(made: io.TextIOWrapper) -> TextIO:
         line_buffering=made.line_buffering,
         write_through=made.write_through,
     )
+
+
+def _quiet_on_failure(made: io.TextIOWrapper) -> TextIO:
+    """sys.stderr as Python made it, over `_Stderr`."""
+    made.flush()
+    raw = _Stderr(made.fileno(), "w", closefd=False)  # Python's own stderr keeps descriptor 2
+    raw.name = "<stderr>"
+    return rewrapped(made, raw)
 
 
 def _raises_on_lacking(stream: io.TextIOWrapper) -> bool:

@@ -41,7 +41,7 @@ from dlperf.errors import (
 )
 from dlperf.parsing import one_line
 from dlperf.paths import told, unnamed_cwd, writing
-from dlperf.std_streams import close_document
+from dlperf.std_streams import close_document, rewrapped
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -146,14 +146,7 @@ def _name_stdout(documents: bool) -> TextIO | None:
     def wrapped(fd: int) -> TextIO:
         raw = _StandardOutput(fd, "w", closefd=fd != made.fileno())
         raw.name = "<stdout>"
-        unbuffered = isinstance(made.buffer, io.FileIO)  # python -u
-        return io.TextIOWrapper(
-            raw if unbuffered else io.BufferedWriter(raw),
-            encoding=made.encoding,
-            errors=made.errors,
-            line_buffering=made.line_buffering,
-            write_through=made.write_through,
-        )
+        return rewrapped(made, raw)
 
     sys.stdout = wrapped(made.fileno())
     return None if kept is None else wrapped(kept)
