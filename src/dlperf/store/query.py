@@ -149,9 +149,11 @@ def summary_rows(summary: dict[str, Any], own: bool = False) -> list[tuple[str, 
 
 def own_results(summary: dict[str, Any]) -> dict[str, Any]:
     """A summary's keys besides SUMMARY_KEYS and SHOWN_APART, flattened (`final.train/loss`):
-    the results of a run that is not a training run (see `shows_own`), as stored."""
+    the results of a run that is not a training run (see `shows_own`), as stored. An empty
+    table is no result: a tracked run that logged nothing keeps `final: {}`, which `runs
+    compare` showed as a row of `{}` cells (round 70)."""
     rest = {k: v for k, v in summary.items() if k not in (*SUMMARY_KEYS, *SHOWN_APART)}
-    return flatten(rest)
+    return {k: v for k, v in flatten(rest).items() if v != {}}
 
 
 def shows_own(run: RunRecord) -> bool:
