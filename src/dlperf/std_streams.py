@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 
+def null_over(fd: int) -> None:
+    """/dev/null over descriptor `fd`: what is written to it from now on (by Python, C code or a
+    child started later) is lost, and no write fails."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != fd:  # a closed `fd` is the lowest free one: /dev/null took it already
+        os.dup2(null, fd)
+        os.close(null)
+
+
 def _held_open(fd: int) -> TextIO:
     """A stream for descriptor `fd`, which the command was started without (`dlperf ... >&-`):
     what is written to it is lost, and the command ends as it would with it open. It is held on
@@ -23,10 +32,7 @@ def _held_open(fd: int) -> TextIO:
     try:
         os.fstat(fd)
     except OSError:  # closed: taken now, before any file could be
-        null = os.open(os.devnull, os.O_WRONLY)
-        if null != fd:
-            os.dup2(null, fd)
-            os.close(null)
+        null_over(fd)
     # Held for the process's life: over a descriptor it does not close, so that the collector
     # at exit does not warn "unclosed file" (a traceback under PYTHONWARNINGS=error).
     return open(os.open(os.devnull, os.O_WRONLY), "w", encoding="utf-8", closefd=False)
@@ -44,9 +50,7 @@ class _Stderr(io.FileIO):
             return super().write(data)
         except OSError:
             with contextlib.suppress(OSError):
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, self.fileno())
-                os.close(null)
+                null_over(self.fileno())
             return memoryview(data).nbytes  # taken, as /dev/null takes it
 
 

@@ -3,13 +3,12 @@ when its reader is gone or does not read."""
 
 from __future__ import annotations
 
-import os
 from contextlib import suppress
 from typing import Any
 
 from rich.console import Console
 
-from dlperf.std_streams import unread
+from dlperf.std_streams import null_over, unread
 
 
 class Stderr(Console):
@@ -22,9 +21,7 @@ class Stderr(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True
         with suppress(OSError, ValueError):  # no descriptor: a test's capture
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self.file.fileno())
-            os.close(null)
+            null_over(self.file.fileno())
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         """A stop signal while a line waits on a reader who does not read (a full pipe): it
