@@ -1051,12 +1051,20 @@ def _idle_closed(name: str, context: ExceptionContext) -> IdleClosed:
     """The one line of a connection the server closed as idle while dlperf held it (a pooled
     one is pinged and replaced before use): nothing of the statement that met it was run."""
     engine = context.engine
-    role = integrity.shown((engine.url.username if engine is not None else None) or "ROLE")
     return IdleClosed(
         f"run store {name}: the server closed a connection that sat idle past its "
         "idle_session_timeout",
-        "try again; to lift it for dlperf's sessions add -cidle_session_timeout=0 to the "
-        f"URL's ?options=, or ALTER ROLE {role} SET idle_session_timeout = 0",
+        _lift("idle_session_timeout", engine.url.username if engine is not None else None),
+    )
+
+
+def _lift(setting: str, user: str | None) -> str:
+    """The fix for a session the server closed for its `setting` (a timeout): try again, or
+    turn it off for dlperf's sessions, in the URL or for the role (`user`, the URL's)."""
+    role = integrity.shown(user or "ROLE")
+    return (
+        f"try again; to lift it for dlperf's sessions add -c{setting}=0 to the URL's "
+        f"?options=, or ALTER ROLE {role} SET {setting} = 0"
     )
 
 
@@ -1073,13 +1081,11 @@ def _idle_in_transaction(
     setting = shown if shown is not None else _idle_in_transaction_option(url)
     if not said and not (lost and setting not in (None, "0")):
         return None
-    role = integrity.shown(url.username or "ROLE")
     value = f" ({setting})" if setting not in (None, "0") else ""
     return IdleClosed(
         f"run store {name}: the server closed a session that sat idle inside a transaction "
         f"past its {IDLE_IN_TRANSACTION}{value}",
-        f"try again; to lift it for dlperf's sessions add -c{IDLE_IN_TRANSACTION}=0 to the "
-        f"URL's ?options=, or ALTER ROLE {role} SET {IDLE_IN_TRANSACTION} = 0",
+        _lift(IDLE_IN_TRANSACTION, url.username),
     )
 
 
