@@ -684,12 +684,23 @@ class Condition:
         """Refuse a number that selects none of `runs` where one's float prints as it: the
         tables show a float to 4 significant digits (`fmt`: 0.7298 of 0.7298050139275766), and
         the value copied from them selected nothing, without a word. The line names the run
-        and its whole value, which --where compares."""
-        if not _number(self.value) or any(self.holds(run) for run in runs):
+        and its whole value, which --where compares. So is `yes` or `no` where a run's value
+        is the boolean the tables show so: `--where e=yes` selected nothing, without a word,
+        where `runs compare` showed e as yes (--where reads a boolean as --set does: true)."""
+        shown_bool = self.value in ("yes", "no")
+        if not (_number(self.value) or shown_bool) or any(self.holds(run) for run in runs):
             return
         for run in runs:
             value = _field(run, self.key)[1]
-            if _shows_as(value, self.value):
+            if isinstance(value, bool) and shown_bool and fmt(value) == self.value:
+                raise UserError(
+                    f"{self.said}: selects no listed run, but run {run.id}'s "
+                    f"{clipped(self.key)} is the boolean {str(value).lower()}, which tables "
+                    f"show as {self.value}",
+                    "--where reads a boolean as --set does: "
+                    f"--where {clipped(self.key)}={str(value).lower()}",
+                )
+            if not shown_bool and _shows_as(value, self.value):
                 raise UserError(
                     f"{self.said}: selects no listed run, but run {run.id}'s "
                     f"{clipped(self.key)} is {value!r}, which tables show as {fmt(value)}",
