@@ -87,6 +87,11 @@ def _said_as_models(e: BaseException, own: bool = False) -> bool:
         say(f"error: {where}the model raised {one_line(said)}")
     for frame in traceback.format_list(frames):
         say(frame.rstrip("\n"))
+    if frames[-1].name == "__getattr__" and not isinstance(e, AttributeError):
+        # torch looks optional attributes up with getattr(module, NAME, default), which takes
+        # only AttributeError as "none": a KeyError from a model's lookup table failed
+        # analyze/export at torch's `parametrizations`, a name the model never used.
+        say("(a module's __getattr__ must raise AttributeError for a name it does not hold)")
     say("(the whole traceback: dlperf --debug ...)")
     return True
 
