@@ -593,6 +593,11 @@ class Condition:
                 "comparisons (!=, <, >, <=, >=) are not",
                 "e.g. --where train.lr=0.1",
             )
+        if sep and key and not value:  # `KEY=` meant the empty text, which TOML writes ""
+            raise UserError(
+                f"--where {quoted(text)}: expected KEY=VALUE, got no VALUE",
+                f"to select an empty text: --where '{clipped(key)}=\"\"'",
+            )
         if not sep or not key or not value:
             raise UserError(
                 f"--where {quoted(text)}: expected KEY=VALUE",
@@ -920,6 +925,8 @@ def _near(key: str, known: set[str]) -> list[str]:
     head = key.partition(".")[0]
     heads = {k.partition(".")[0] for k in known}
     near = {head} if head in heads else set(difflib.get_close_matches(head, heads, n=3))
+    # and a section spelt alike but for case: difflib has 'Z' far from 'z' ('_z' was offered)
+    near |= {h for h in heads if h.lower() == head.lower()}
     keys = {k for k in known if k.partition(".")[0] in near}
     if "." not in key:  # a bare leaf (batch_size): the keys ending in one spelt alike
         leaves = set(difflib.get_close_matches(key, {k.rpartition(".")[2] for k in known}, n=3))
