@@ -86,7 +86,10 @@ def _said_as_models(e: BaseException, own: bool = False) -> bool:
     else:
         say(f"error: {where}the model raised {one_line(said)}")
     for frame in traceback.format_list(frames):
-        say(frame.rstrip("\n"))
+        # A line of the model's source or a file name holding ESC or U+202E was printed raw,
+        # rewriting the terminal, where the line above escapes them: each line escaped so.
+        for line in frame.rstrip("\n").split("\n"):
+            say(one_line(line))
     if frames[-1].name == "__getattr__" and not isinstance(e, AttributeError):
         # torch looks optional attributes up with getattr(module, NAME, default), which takes
         # only AttributeError as "none": a KeyError from a model's lookup table failed
