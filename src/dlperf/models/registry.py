@@ -1169,7 +1169,7 @@ def _import_file(path: Path) -> ModuleType:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
         with (
             _process_kept(path, "as it was imported") as entered,
-            contextlib.redirect_stdout(sys.stderr),
+            contextlib.redirect_stdout(_Lent(sys.stderr)),
             _no_os_exit(),
             _as_script(path),
         ):
@@ -1362,13 +1362,35 @@ class _FetchFailed(Exception):
         self.reason = str(getattr(e, "reason", None) or e.strerror or e)
 
 
-class _HeldFetch:
+class _Lent:
+    """dlperf's stderr lent to a model file as its standard output: its close closes only this
+    (a model file's `sys.stdout.close()` closed dlperf's stderr, and every line after it, the
+    error's too, was lost to CPython's "lost sys.stderr" dump); a write after it fails as a
+    closed file's does, in the model's code."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.closed = False
+
+    def write(self, text: str) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        return int(self.stream.write(text))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding ...: the stream's
+        return getattr(self.stream, name)
+
+
+class _HeldFetch(_Lent):
     """A factory's standard output (`stream`, stderr) holding back torch.hub's
     'Downloading: "URL" to FILE' line until the download is through: a failed one is told in
     one line of its own (_FetchFailed), the URL and the cache named there."""
 
     def __init__(self, stream: Any) -> None:
-        self.stream = stream
+        super().__init__(stream)
         self.held = ""
 
     def write(self, text: str) -> int:
@@ -1376,15 +1398,12 @@ class _HeldFetch:
             self.held += text
             return len(text)
         self.release()
-        return int(self.stream.write(text))
+        return super().write(text)
 
     def release(self) -> None:
         held, self.held = self.held, ""
         if held:
             self.stream.write(held)
-
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding ...: the stream's
-        return getattr(self.stream, name)
 
 
 @contextlib.contextmanager
