@@ -84,8 +84,10 @@ def test_predict_with_the_optimus_form_of_a_falling_accuracy(cli: Cli, tmp_path:
 
 def test_bootstrap_from_a_start_next_to_its_bounds_keeps_every_refit() -> None:
     """The fit's a, b ~ 1e-10: each refit starts there; none is lost to scipy's rounding."""
-    _, p = curve.fit(EPOCHS, RISING_LOSS, "power")
-    assert p[0] < 1e-8 and p[1] < 1e-8  # next to the bounds, as the tester found
+    _, fitted = curve.fit(EPOCHS, RISING_LOSS, "power")
+    # Next to the bounds, as the tester's SciPy fitted it; SciPy 1.17 fits a ~ 0.017 here, so
+    # the start is put there rather than taken from the fit.
+    p = np.array([1e-10, 1e-10, fitted[2]])
     samples = curve.bootstrap(EPOCHS, RISING_LOSS, "power", p, n=50)
     assert samples.shape == (50, 3)
     assert np.all(np.isfinite(samples)) and np.all(samples >= 0)
