@@ -700,10 +700,10 @@ class Condition:
             if isinstance(value, bool) and shown_bool and fmt(value) == self.value:
                 raise UserError(
                     f"{self.said}: selects no listed run, but run {run.id}'s "
-                    f"{clipped(self.key)} is the boolean {str(value).lower()}, which tables "
+                    f"{clipped(self.key)} is the boolean {setting(value)}, which tables "
                     f"show as {self.value}",
-                    "--where reads a boolean as --set does: "
-                    f"--where {clipped(self.key)}={str(value).lower()}",
+                    f"--where reads a boolean as --set does: --where {clipped(self.key)}="
+                    f"{setting(value)}",
                 )
             if not shown_bool and _shows_as(value, self.value):
                 raise UserError(
